@@ -1,0 +1,68 @@
+/* internal.h: what the modules of libddpc share and users never see: the
+ * runtime struct, error recording with the rank prefix, option parsing,
+ * the discovery and key-exchange entry points. */
+#ifndef DDPC_INTERNAL_H
+#define DDPC_INTERNAL_H
+
+#include "ddpc.h"
+
+#include <mpi.h>
+#include <stdarg.h>
+
+#define DDPC_ERRMSG_LEN 1024
+
+struct ddpc {
+    ddpc_config_t cfg;
+    ddpc_world_t world;
+    char prefix[112];             /* "ddpc[rank r/n host]" */
+    char err[DDPC_ERRMSG_LEN];    /* last error on this handle */
+    int own_mpi;                  /* ddpc called MPI_Init */
+    int mpi_thread_level;
+    int pmix_active;              /* PMIx_Init succeeded and owns discovery */
+    unsigned kvs_round;           /* fresh PMIx key per exchange */
+    MPI_Comm mpi_world;           /* dup of MPI_COMM_WORLD for runtime traffic */
+    struct ddpc_comm *world_comm; /* ddpc_comm_world */
+};
+
+/* Record an error on rt (may be NULL: then only the init-error buffer) with
+ * the "ddpc[rank r/n host] module: " prefix; returns st for `return ddpc_err(...)`. */
+ddpc_status_t ddpc_err(ddpc_t rt, ddpc_status_t st, const char *module, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+ddpc_status_t ddpc_verr(ddpc_t rt, ddpc_status_t st, const char *module, const char *fmt,
+                        va_list ap);
+
+/* Same, into a caller's buffer (for handles other than the runtime). */
+void ddpc_format_msg(char *dst, size_t n, const char *prefix, const char *module,
+                     const char *fmt, va_list ap);
+
+/* Build rt->prefix from the world facts. */
+void ddpc_set_prefix(ddpc_t rt);
+
+/* MPI failure -> status with MPI's own error string. */
+ddpc_status_t ddpc_mpi_err(ddpc_t rt, int mpirc, const char *module, const char *what);
+
+/* Options: parse a DDPC_* variable if set. Return DDPC_ERR_INVALID with a
+ * message naming the variable and what was expected. */
+ddpc_status_t ddpc_env_double(ddpc_t rt, const char *name, double lo, double hi, double *val);
+ddpc_status_t ddpc_env_long(ddpc_t rt, const char *name, long lo, long hi, long *val);
+ddpc_status_t ddpc_env_choice(ddpc_t rt, const char *name, const char *const *choices, int *val);
+
+/* src/pmix/discover.c: fill rt->world (everything but mpi_*) from the first
+ * source that is present; may start a PMIx client (rt->pmix_active). */
+ddpc_status_t ddpc_discover(ddpc_t rt);
+/* Check the world against MPI_COMM_WORLD after MPI_Init. */
+ddpc_status_t ddpc_discover_check_mpi(ddpc_t rt);
+void ddpc_discover_finalize(ddpc_t rt);
+void ddpc_discover_abort(ddpc_t rt, int code, const char *msg);
+
+/* src/comm: world communicator lifecycle. */
+ddpc_status_t ddpc_comm_create_world(ddpc_t rt, struct ddpc_comm **out);
+void ddpc_comm_destroy(struct ddpc_comm *c);
+
+/* Monotonic seconds. */
+double ddpc_now(void);
+
+#endif /* DDPC_INTERNAL_H */

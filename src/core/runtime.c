@@ -1,0 +1,292 @@
+/* runtime.c: the ddpc handle. Init (options, discovery, MPI, the world
+ * communicator), finalize, abort, status strings, messages and logging.
+ * It does not move data: that is src/comm. */
+#include "config.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+static char init_error[DDPC_ERRMSG_LEN];
+
+const char *ddpc_strerror(ddpc_status_t st)
+{
+    switch (st) {
+#define DDPC_X_STR(name, value, text)                                                          \
+    case name:                                                                                 \
+        return text;
+        DDPC_STATUS_TABLE(DDPC_X_STR)
+#undef DDPC_X_STR
+    default:
+        return "unknown status";
+    }
+}
+
+const char *ddpc_source_name(ddpc_source_t src)
+{
+    static const char *const names[] = {"pmix", "slurm", "mpi-env", "torchrun", "single"};
+    return (unsigned)src < sizeof names / sizeof *names ? names[src] : "unknown";
+}
+
+double ddpc_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------ messages */
+
+void ddpc_format_msg(char *dst, size_t n, const char *prefix, const char *module,
+                     const char *fmt, va_list ap)
+{
+    int k = snprintf(dst, n, "%s %s: ", prefix, module);
+    if (k < 0 || (size_t)k >= n)
+        return;
+    vsnprintf(dst + k, n - (size_t)k, fmt, ap);
+}
+
+void ddpc_set_prefix(ddpc_t rt)
+{
+    const ddpc_world_t *w = &rt->world;
+    snprintf(rt->prefix, sizeof rt->prefix, "ddpc[rank %d/%d %s]", w->rank, w->size, w->host);
+}
+
+ddpc_status_t ddpc_verr(ddpc_t rt, ddpc_status_t st, const char *module, const char *fmt,
+                        va_list ap)
+{
+    char *dst = rt ? rt->err : init_error;
+    size_t n = rt ? sizeof rt->err : sizeof init_error;
+    ddpc_format_msg(dst, n, rt ? rt->prefix : "ddpc[rank ?]", module, fmt, ap);
+    if (rt && rt->cfg.log_level >= DDPC_LOG_DEBUG)
+        fprintf(stderr, "%s (debug: recorded error %s)\n", dst, ddpc_strerror(st));
+    return st;
+}
+
+ddpc_status_t ddpc_err(ddpc_t rt, ddpc_status_t st, const char *module, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ddpc_verr(rt, st, module, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+ddpc_status_t ddpc_mpi_err(ddpc_t rt, int mpirc, const char *module, const char *what)
+{
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(mpirc, s, &len) != MPI_SUCCESS)
+        snprintf(s, sizeof s, "MPI error code %d", mpirc);
+    return ddpc_err(rt, DDPC_ERR_MPI, module, "%s failed: %s", what, s);
+}
+
+const char *ddpc_last_error(ddpc_t rt) { return rt ? rt->err : init_error; }
+const char *ddpc_init_error(void) { return init_error; }
+const ddpc_world_t *ddpc_world(ddpc_t rt) { return rt ? &rt->world : NULL; }
+const ddpc_config_t *ddpc_config(ddpc_t rt) { return rt ? &rt->cfg : NULL; }
+
+void ddpc_log(ddpc_t rt, ddpc_log_level_t level, const char *fmt, ...)
+{
+    if (rt && level > rt->cfg.log_level)
+        return;
+    static const char *const tag[] = {"error: ", "warning: ", "", "debug: "};
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = snprintf(line, sizeof line, "%s %s", rt ? rt->prefix : "ddpc[rank ?]",
+                     tag[level & 3]);
+    vsnprintf(line + k, sizeof line - (size_t)k, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s\n", line); /* one write per line: ranks do not interleave mid-line */
+}
+
+/* ------------------------------------------------------------------ options */
+
+ddpc_status_t ddpc_env_double(ddpc_t rt, const char *name, double lo, double hi, double *val)
+{
+    const char *s = getenv(name);
+    if (!s)
+        return DDPC_OK;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        return ddpc_err(rt, DDPC_ERR_INVALID, "options", "%s=\"%s\": expected a number in [%g, %g]",
+                        name, s, lo, hi);
+    *val = v;
+    return DDPC_OK;
+}
+
+ddpc_status_t ddpc_env_long(ddpc_t rt, const char *name, long lo, long hi, long *val)
+{
+    const char *s = getenv(name);
+    if (!s)
+        return DDPC_OK;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return ddpc_err(rt, DDPC_ERR_INVALID, "options",
+                        "%s=\"%s\": expected an integer in [%ld, %ld]", name, s, lo, hi);
+    *val = v;
+    return DDPC_OK;
+}
+
+ddpc_status_t ddpc_env_choice(ddpc_t rt, const char *name, const char *const *choices, int *val)
+{
+    const char *s = getenv(name);
+    if (!s)
+        return DDPC_OK;
+    char list[256] = "";
+    for (int i = 0; choices[i]; i++) {
+        if (strcasecmp(s, choices[i]) == 0) {
+            *val = i;
+            return DDPC_OK;
+        }
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? "|" : "",
+                 choices[i]);
+    }
+    return ddpc_err(rt, DDPC_ERR_INVALID, "options", "%s=\"%s\": expected one of %s", name, s,
+                    list);
+}
+
+static ddpc_status_t read_env_options(ddpc_t rt)
+{
+    static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
+    static const char *const backends[] = {"auto", "mpi", "nccl", NULL};
+    int lv = (int)rt->cfg.log_level, be = (int)rt->cfg.backend;
+    ddpc_status_t st;
+    if ((st = ddpc_env_choice(rt, "DDPC_LOG_LEVEL", levels, &lv)) ||
+        (st = ddpc_env_double(rt, "DDPC_TIMEOUT", 0.001, 1e7, &rt->cfg.timeout_s)) ||
+        (st = ddpc_env_choice(rt, "DDPC_BACKEND", backends, &be)))
+        return st;
+    rt->cfg.log_level = (ddpc_log_level_t)lv;
+    rt->cfg.backend = (ddpc_backend_t)be;
+    return DDPC_OK;
+}
+
+/* ------------------------------------------------------------------ lifecycle */
+
+/* One error, on every rank that saw it, before returning. */
+static ddpc_status_t init_fail(ddpc_t rt, ddpc_status_t st)
+{
+    fprintf(stderr, "%s\n", rt->err);
+    return st;
+}
+
+ddpc_status_t ddpc_init(const ddpc_config_t *cfg, int *argc, char ***argv, ddpc_t *out)
+{
+    static const ddpc_config_t defaults = DDPC_CONFIG_INIT;
+    ddpc_status_t st;
+    init_error[0] = 0;
+    if (!out)
+        return ddpc_err(NULL, DDPC_ERR_INVALID, "init", "out must not be NULL");
+    *out = NULL;
+    ddpc_t rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return ddpc_err(NULL, DDPC_ERR_NOMEM, "init", "cannot allocate the runtime handle");
+    rt->cfg = cfg ? *cfg : defaults;
+    rt->mpi_world = MPI_COMM_NULL;
+    *out = rt;
+
+    /* Discovery first, so that every later message carries rank and host. */
+    if ((st = ddpc_discover(rt)) != DDPC_OK) {
+        ddpc_set_prefix(rt);
+        return init_fail(rt, st);
+    }
+    ddpc_set_prefix(rt);
+    if ((st = read_env_options(rt)) != DDPC_OK)
+        return init_fail(rt, st);
+
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &rt->mpi_thread_level);
+        if (rc != MPI_SUCCESS)
+            return init_fail(rt, ddpc_mpi_err(rt, rc, "init", "MPI_Init_thread"));
+        rt->own_mpi = 1;
+    } else {
+        MPI_Query_thread(&rt->mpi_thread_level);
+    }
+    if (rt->mpi_thread_level < MPI_THREAD_SERIALIZED)
+        return init_fail(rt, ddpc_err(rt, DDPC_ERR_UNSUPPORTED, "init",
+                                      "MPI provides thread level %d; ddpc needs at least "
+                                      "MPI_THREAD_SERIALIZED (its progress thread calls MPI)",
+                                      rt->mpi_thread_level));
+    MPI_Comm_rank(MPI_COMM_WORLD, &rt->world.mpi_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &rt->world.mpi_size);
+    if ((st = ddpc_discover_check_mpi(rt)) != DDPC_OK) {
+        if (!rt->cfg.allow_mpi_mismatch)
+            return init_fail(rt, st);
+        return DDPC_OK; /* ddpc-info: world from the launcher, no MPI communicator;
+                           the disagreement stays in ddpc_last_error */
+    }
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &rt->mpi_world);
+    if (rc != MPI_SUCCESS)
+        return init_fail(rt, ddpc_mpi_err(rt, rc, "init", "MPI_Comm_dup"));
+    if ((st = ddpc_comm_create_world(rt, &rt->world_comm)) != DDPC_OK)
+        return init_fail(rt, st);
+    ddpc_log(rt, DDPC_LOG_INFO,
+             "world from %s: local rank %d/%d, node %d/%d; MPI thread level %d; timeout %gs",
+             ddpc_source_name(rt->world.source), rt->world.local_rank, rt->world.local_size,
+             rt->world.node_id, rt->world.num_nodes, rt->mpi_thread_level, rt->cfg.timeout_s);
+    return DDPC_OK;
+}
+
+ddpc_status_t ddpc_finalize(ddpc_t rt)
+{
+    if (!rt)
+        return DDPC_OK;
+    ddpc_comm_destroy(rt->world_comm);
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin && rt->mpi_world != MPI_COMM_NULL)
+        MPI_Comm_free(&rt->mpi_world);
+    if (rt->own_mpi && !fin)
+        MPI_Finalize();
+    ddpc_discover_finalize(rt);
+    free(rt);
+    return DDPC_OK;
+}
+
+void ddpc_abort(ddpc_t rt, int code, const char *msg)
+{
+    if (msg && *msg)
+        fprintf(stderr, "%s %s\n", rt ? rt->prefix : "ddpc[rank ?]", msg);
+    fflush(NULL);
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (rt && rt->pmix_active && !(inited && !fin && rt->world.mpi_size == rt->world.size))
+        ddpc_discover_abort(rt, code, msg);
+    if (inited && !fin)
+        MPI_Abort(MPI_COMM_WORLD, code);
+    _Exit(code ? code : 1);
+}
+
+/* ------------------------------------------------------------------ version */
+
+const char *ddpc_version(void) { return PACKAGE_VERSION; }
+
+const char *ddpc_build_info(void)
+{
+    static char info[512];
+    if (!info[0]) {
+        char mpiv[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+        int len = 0;
+        MPI_Get_library_version(mpiv, &len);
+        char *nl = strchr(mpiv, '\n');
+        if (nl)
+            *nl = 0;
+        snprintf(info, sizeof info, "MPI: %s; PMIx: %s; HDF5: %s; CUDA: %s; NCCL: %s; BLAS: %s",
+                 mpiv, DDPC_PMIX_VERSION, DDPC_HDF5_VERSION, DDPC_CUDA_VERSION,
+                 DDPC_NCCL_VERSION, DDPC_BLAS_NAME);
+    }
+    return info;
+}

@@ -1,0 +1,1 @@
+# src/sampler: fragment of the top Makefile.am (sources, programs, tests of this part)

@@ -1,0 +1,30 @@
+# lib.sh: sourced by the test scripts. Paths, the MPI launcher, assertions.
+# Exit codes follow automake: 0 pass, 77 skip (always with a reason), 99 hard error.
+: "${top_builddir:=$(cd "$(dirname "$0")/.." && pwd)}"
+: "${top_srcdir:=$top_builddir}"
+. "$top_builddir/tests/testenv.sh"
+export CK_FORK=no
+TEST_TIMEOUT=${TEST_TIMEOUT:-120}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ddpc-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
+
+# mpirun_t NP CMD...: the configured launcher under a timeout (never hang).
+mpirun_t() {
+    local np=$1; shift
+    # shellcheck disable=SC2086
+    timeout -k 5 "$TEST_TIMEOUT" env -u SLURM_CONF $MPIEXEC $MPIEXEC_FLAGS -n "$np" "$@"
+}
+
+# expect_fail_msg "PATTERN" CMD...: CMD must exit non-zero (not by timeout)
+# and print PATTERN (grep -E) on stdout or stderr.
+expect_fail_msg() {
+    local pat=$1 rc; shift
+    "$@" >"$TMP/out" 2>&1 && { cat "$TMP/out"; fail "expected failure: $*"; }
+    rc=$?
+    [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$TMP/out"; fail "timed out (hang): $*"; }
+    grep -Eq -- "$pat" "$TMP/out" || { cat "$TMP/out"; fail "no message /$pat/ from: $*"; }
+    echo "ok (rc=$rc): $* -> $(grep -E -m1 -- "$pat" "$TMP/out")"
+}

@@ -1,0 +1,214 @@
+/* mpi_comm.c: the communicator under 1, 2 and 4 real MPI ranks. Every
+ * collective and dtype against values computed by hand, async handles,
+ * bitwise identical results across ranks, the errors, the timeout message. */
+#include "mpitest.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+START_TEST(allreduce_int_and_double)
+{
+    enum { N = 1000 };
+    int32_t a[N], s32[N];
+    int64_t b[N], s64[N];
+    double d[N], dmin[N], dmax[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = T_rank + 1 + i;
+        b[i] = ((int64_t)1 << 40) + T_rank;
+        d[i] = (double)(T_rank * 3 - i);
+    }
+    T_OK(ddpc_allreduce(T_comm, a, s32, N, DDPC_I32, DDPC_SUM));
+    T_OK(ddpc_allreduce(T_comm, b, s64, N, DDPC_I64, DDPC_SUM));
+    T_OK(ddpc_allreduce(T_comm, d, dmin, N, DDPC_F64, DDPC_MIN));
+    T_OK(ddpc_allreduce(T_comm, d, dmax, N, DDPC_F64, DDPC_MAX));
+    int64_t tri = (int64_t)T_size * (T_size + 1) / 2;
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(s32[i], tri + (int64_t)T_size * i);
+        ck_assert_int_eq(s64[i], ((int64_t)T_size << 40) + (int64_t)T_size * (T_size - 1) / 2);
+        ck_assert_double_eq(dmin[i], (double)(-i));
+        ck_assert_double_eq(dmax[i], (double)((T_size - 1) * 3 - i));
+    }
+}
+END_TEST
+
+START_TEST(allreduce_avg_in_place)
+{
+    enum { N = 4097 };
+    static float x[N];
+    static int64_t k[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)(2 * T_rank + i);
+        k[i] = 10 * T_rank + 7;
+    }
+    T_OK(ddpc_allreduce(T_comm, x, x, N, DDPC_F32, DDPC_AVG));
+    T_OK(ddpc_allreduce(T_comm, k, k, N, DDPC_I64, DDPC_AVG));
+    for (int i = 0; i < N; i++) {
+        ck_assert_float_eq(x[i], (float)(T_size - 1 + i));
+        ck_assert_int_eq(k[i], (10 * (int64_t)T_size * (T_size - 1) / 2 + 7 * T_size) / T_size);
+    }
+}
+END_TEST
+
+START_TEST(allreduce_half_precision)
+{
+    enum { N = 257 };
+    uint16_t h[N], f[N];
+    for (int i = 0; i < N; i++) {
+        h[i] = ddpc_f32_to_bf16((float)(T_rank + (i % 8)));
+        f[i] = ddpc_f32_to_f16(0.5f * (float)(T_rank + (i % 8)));
+    }
+    T_OK(ddpc_allreduce(T_comm, h, h, N, DDPC_BF16, DDPC_SUM));
+    T_OK(ddpc_allreduce(T_comm, f, f, N, DDPC_F16, DDPC_AVG));
+    for (int i = 0; i < N; i++) {
+        float want = (float)(T_size * (T_size - 1) / 2 + T_size * (i % 8));
+        ck_assert_float_eq(ddpc_bf16_to_f32(h[i]), want);
+        ck_assert_float_eq(ddpc_f16_to_f32(f[i]), 0.5f * want / (float)T_size);
+    }
+}
+END_TEST
+
+START_TEST(broadcast_allgather_reduce_scatter_barrier)
+{
+    int root = T_size - 1;
+    double v[5];
+    for (int i = 0; i < 5; i++)
+        v[i] = T_rank == root ? 1.5 * i : -1.0;
+    T_OK(ddpc_broadcast(T_comm, v, 5, DDPC_F64, root));
+    for (int i = 0; i < 5; i++)
+        ck_assert_double_eq(v[i], 1.5 * i);
+
+    int32_t mine[3] = {T_rank * 10, T_rank * 10 + 1, T_rank * 10 + 2};
+    int32_t *all = calloc((size_t)T_size * 3, sizeof *all);
+    T_OK(ddpc_allgather(T_comm, mine, all, 3, DDPC_I32));
+    for (int r = 0; r < T_size; r++)
+        for (int j = 0; j < 3; j++)
+            ck_assert_int_eq(all[r * 3 + j], r * 10 + j);
+
+    float *send = malloc((size_t)T_size * 2 * sizeof *send), recv[2];
+    for (int r = 0; r < T_size; r++) {
+        send[2 * r] = (float)r;
+        send[2 * r + 1] = (float)T_rank;
+    }
+    T_OK(ddpc_reduce_scatter(T_comm, send, recv, 2, DDPC_F32, DDPC_SUM));
+    ck_assert_float_eq(recv[0], (float)(T_rank * T_size));
+    ck_assert_float_eq(recv[1], (float)(T_size * (T_size - 1) / 2));
+    T_OK(ddpc_barrier(T_comm));
+    free(all);
+    free(send);
+}
+END_TEST
+
+START_TEST(async_in_order_and_seq)
+{
+    enum { K = 8, N = 100000 };
+    float *buf = malloc(sizeof(float) * K * N);
+    ddpc_work_t w[K];
+    uint64_t seq0 = ddpc_comm_seq(T_comm);
+    for (int k = 0; k < K; k++) {
+        for (int i = 0; i < N; i++)
+            buf[k * N + i] = (float)(k + T_rank);
+        T_OK(ddpc_iallreduce(T_comm, buf + k * N, buf + k * N, N, DDPC_F32, DDPC_SUM, &w[k]));
+    }
+    ck_assert_uint_eq(ddpc_comm_seq(T_comm), seq0 + K);
+    int done = 0;
+    for (int spins = 0; !done && spins < 100000; spins++) {
+        T_OK(ddpc_work_test(w[K - 1], &done));
+        if (!done)
+            usleep(100);
+    }
+    ck_assert_int_eq(done, 1);
+    for (int k = 0; k < K; k++)
+        T_OK(ddpc_work_wait(w[k], -1));
+    for (int k = 0; k < K; k++)
+        ck_assert_float_eq(buf[k * N + 7], (float)(k * T_size + T_size * (T_size - 1) / 2));
+    free(buf);
+}
+END_TEST
+
+START_TEST(bitwise_identical_on_all_ranks)
+{
+    /* random floats of mixed magnitude: any reduction-order difference between
+     * ranks would show in the last bits */
+    enum { N = (1 << 20) + 3 };
+    float *x = malloc(sizeof(float) * N);
+    uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(T_rank + 1);
+    for (int i = 0; i < N; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        x[i] = (float)((int64_t)(s >> 11) - (1ll << 52)) * 0x1p-40f * (float)(1 + (i % 97));
+    }
+    T_OK(ddpc_allreduce(T_comm, x, x, N, DDPC_F32, DDPC_AVG));
+    uint64_t h = fnv1a(x, sizeof(float) * N), *hs = calloc((size_t)T_size, sizeof *hs);
+    T_OK(ddpc_allgather(T_comm, &h, hs, 1, DDPC_I64));
+    for (int r = 1; r < T_size; r++)
+        ck_assert_msg(hs[r] == hs[0], "rank %d's averaged buffer differs from rank 0's", r);
+    free(hs);
+    free(x);
+}
+END_TEST
+
+START_TEST(bad_arguments_named)
+{
+    float x = 0;
+    ck_assert_int_eq(ddpc_allreduce(T_comm, &x, &x, 1, (ddpc_dtype_t)42, DDPC_SUM), DDPC_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(ddpc_last_error(T_rt), "invalid dtype"));
+    uint16_t h = 0;
+    ck_assert_int_eq(ddpc_allreduce(T_comm, &h, &h, 1, DDPC_BF16, DDPC_MAX), DDPC_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(ddpc_last_error(T_rt), "bfloat16"));
+    ck_assert_int_eq(ddpc_broadcast(T_comm, &x, 1, DDPC_F32, T_size), DDPC_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(ddpc_last_error(T_rt), "root"));
+    ck_assert_ptr_nonnull(strstr(ddpc_last_error(T_rt), "ddpc[rank "));
+}
+END_TEST
+
+START_TEST(late_rank_times_out_with_a_message)
+{
+    /* rank 0 waits 0.3 s for a collective that the others join only after
+     * 1.5 s: it gets DDPC_ERR_TIMEOUT naming the operation, then completes. */
+    if (T_size == 1)
+        return;
+    double v = 1.0;
+    ddpc_work_t w;
+    if (T_rank != 0)
+        usleep(1500000);
+    T_OK(ddpc_iallreduce(T_comm, &v, &v, 1, DDPC_F64, DDPC_SUM, &w));
+    if (T_rank == 0) {
+        ck_assert_int_eq(ddpc_work_wait(w, 0.3), DDPC_ERR_TIMEOUT);
+        const char *m = ddpc_last_error(T_rt);
+        ck_assert_msg(strstr(m, "allreduce #") && strstr(m, "1 x float64") && strstr(m, "0.3s"),
+                      "timeout message: %s", m);
+    }
+    T_OK(ddpc_work_wait(w, -1));
+    ck_assert_double_eq(v, (double)T_size);
+}
+END_TEST
+
+static Suite *comm_suite(void)
+{
+    Suite *s = suite_create("comm");
+    TCase *core = tcase_create("core");
+    tcase_set_timeout(core, 60);
+    tcase_add_test(core, allreduce_int_and_double);
+    tcase_add_test(core, allreduce_avg_in_place);
+    tcase_add_test(core, allreduce_half_precision);
+    tcase_add_test(core, broadcast_allgather_reduce_scatter_barrier);
+    tcase_add_test(core, async_in_order_and_seq);
+    tcase_add_test(core, bitwise_identical_on_all_ranks);
+    suite_add_tcase(s, core);
+    TCase *bad = tcase_create("bad input");
+    tcase_add_test(bad, bad_arguments_named);
+    tcase_add_test(bad, late_rank_times_out_with_a_message);
+    suite_add_tcase(s, bad);
+    return s;
+}
+
+MPI_TEST_MAIN(comm_suite)
