@@ -6,7 +6,7 @@
 #ifndef DDPC_COMM_H
 #define DDPC_COMM_H
 
-#include "ddpc.h"
+#include "ddpc_core.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -84,9 +84,10 @@ SwitchType=switch/none
 MpiDefault=$2
 MailProg=/bin/true
 SchedulerType=sched/builtin
-# run the main scheduling loop every second (default 60 s): a requeued job
+# schedule batch jobs at submit time (default: up to 3 s later) and run the
+# main loop every second (default 60 s): a requeued job
 # otherwise waits up to a minute after its begin time before it restarts
-SchedulerParameters=sched_interval=1
+SchedulerParameters=sched_interval=1,batch_sched_delay=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
@@ -233,15 +234,23 @@ cmd_start() {
 }
 
 # ---------------------------------------------------------------- stop
-kill_pid() {  # kill_pid PID COMM: TERM, then KILL after 10 s; only if comm matches
-    local pid=$1 i
-    alive "$pid" || return 0
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] || { say "pid $pid is not $2, left alone"; return 0; }
-    kill -TERM "$pid" 2>/dev/null
-    for ((i = 0; i < 100; i++)); do alive "$pid" || return 0; sleep 0.1; done
-    say "$2 ($pid) ignored SIGTERM, sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null
-    wait_for 5 dead "$pid"
+kill_daemons() {  # kill_daemons PIDFILE...: TERM (KILL after 10 s) each pid whose comm
+    local pf pid want comm i i2 left=()   # is the pid file's first word (slurmd.n1.pid: slurmd)
+    for pf in "$@"; do
+        pid=$(cat "$pf" 2>/dev/null); want=$(basename "$pf"); want=${want%%.*}
+        alive "$pid" || continue
+        { read -r comm < "/proc/$pid/comm"; } 2>/dev/null
+        [ "${comm:-}" = "$want" ] || { say "pid $pid is not $want, left alone"; continue; }
+        kill -TERM "$pid" 2>/dev/null && left+=("$pid")
+    done
+    for ((i = 0; i < 100 && ${#left[@]} > 0; i++)); do
+        sleep 0.05
+        for i2 in "${!left[@]}"; do alive "${left[$i2]}" || unset "left[$i2]"; done
+    done
+    [ ${#left[@]} = 0 ] && return 0
+    say "ignored SIGTERM, sending SIGKILL: ${left[*]}"
+    kill -KILL "${left[@]}" 2>/dev/null
+    for pid in "${left[@]}"; do wait_for 5 dead "$pid"; done
 }
 
 dead() { ! alive "$1"; }
@@ -249,7 +258,7 @@ queue_empty() { [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ]; }
 descendants() { local c; for c in $(ps -o pid= --ppid "$1"); do echo "$c"; descendants "$c"; done; }
 
 cmd_stop() {
-    local pf pid d jobs ns kids
+    local pf pid d jobs ns kids comm
     [ -d "$STATE" ] || { say "not running ($STATE absent)"; return 0; }
     export SLURM_CONF=$CONF
     # 1. cancel jobs while slurmctld is up, so that slurmstepd clean up
@@ -262,11 +271,8 @@ cmd_stop() {
         fi
     fi
     # 2. daemons, by pid file
-    for pf in $(pidfiles); do
-        case $pf in */munged.pid) continue ;; esac        # munged last
-        kill_pid "$(cat "$pf" 2>/dev/null)" "$(basename "$pf" | cut -d. -f1)"
-    done
-    kill_pid "$(cat "$STATE/munge/munged.pid" 2>/dev/null)" munged
+    kill_daemons "$STATE"/slurmd.*.pid "$STATE/slurmctld.pid"
+    kill_daemons "$STATE/munge/munged.pid"              # munged last
     # 3. leftovers: everything in our namespaces; slurmstepd (+ tasks) holding
     #    files of $STATE open; srun/sbatch/salloc clients with our SLURM_CONF
     for ns in $(ip netns list 2>/dev/null | awk -v p="^$NSP-" '$1 ~ p {print $1}'); do
@@ -274,7 +280,8 @@ cmd_stop() {
     done
     for d in /proc/[0-9]*; do
         pid=${d#/proc/}
-        case $(cat "$d/comm" 2>/dev/null) in
+        { read -r comm < "$d/comm"; } 2>/dev/null || continue
+        case $comm in
             slurmstepd) find "$d/fd" -lname "$STATE/*" 2>/dev/null | grep -q . || continue
                         say "killing leftover slurmstepd $pid and its tasks"
                         mapfile -t kids < <(descendants "$pid")

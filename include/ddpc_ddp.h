@@ -1,0 +1,163 @@
+/* ddpc_ddp.h: the DDP engine. Named parameters live in one contiguous
+ * parameter arena and one gradient arena; gradients are averaged over the
+ * ranks by bucketed all-reduces that start while the backward pass is still
+ * producing gradients (grad_ready), as PyTorch's DistributedDataParallel does.
+ *
+ * Who calls what, on every rank, in the same order:
+ *   ddpc_ddp_create -> ddpc_ddp_add_param (each parameter, same order) ->
+ *   ddpc_ddp_build (collective: checks all ranks registered the same model,
+ *   allocates the arenas) -> fill parameters -> ddpc_ddp_broadcast_params
+ *   (collective: rank 0's values everywhere) -> per step:
+ *   [ddpc_ddp_set_sync(0) for accumulation micro-steps] ->
+ *   ddpc_ddp_zero_grad (first micro-step) -> backward, calling
+ *   ddpc_ddp_grad_ready(p) as each gradient is complete -> ddpc_ddp_wait
+ *   (gradients averaged, identical on every rank) -> optimizer step. */
+#ifndef DDPC_DDP_H
+#define DDPC_DDP_H
+
+#include "ddpc_comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ddpc_ddp *ddpc_ddp_t;
+
+typedef struct {
+    size_t first_bucket_bytes; /* DDPC_FIRST_BUCKET_MB; PyTorch: 1 MiB */
+    size_t bucket_bytes;       /* DDPC_BUCKET_MB; PyTorch: 25 MiB */
+    int find_unused;           /* DDPC_FIND_UNUSED=0|1: reduce never-ready grads as zeros */
+    ddpc_dtype_t compress;     /* DDPC_COMPRESS=none|bf16|fp16: wire dtype (F32 = none) */
+    int overlap;               /* DDPC_OVERLAP=0|1: launch buckets during backward (1) or
+                                  all at wait (0, for comparison) */
+} ddpc_ddp_config_t;
+
+#define DDPC_DDP_CONFIG_INIT {(size_t)1 << 20, (size_t)25 << 20, 0, DDPC_F32, 1}
+
+/* Not collective. cfg may be NULL. The engine uses comm for all its traffic. */
+DDPC_API ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg,
+                                       ddpc_ddp_t *out);
+/* NULL is a no-op. Waits for outstanding reductions. */
+DDPC_API void ddpc_ddp_destroy(ddpc_ddp_t ddp);
+
+/* Register a float32 parameter before build. name is copied (unique, at most
+ * 127 bytes); shape has ndim (0..8) extents, numel may be 0. *index (may be
+ * NULL) is its index: parameters are indexed in registration order. */
+DDPC_API ddpc_status_t ddpc_ddp_add_param(ddpc_ddp_t ddp, const char *name, int ndim,
+                                          const int64_t *shape, int *index);
+
+/* Collective. Verifies that every rank registered the same names, shapes and
+ * dtypes (on mismatch every rank fails with DDPC_ERR_MISMATCH naming the first
+ * differing parameter and the rank that differs), plans the buckets and
+ * allocates the arenas (zeroed). */
+DDPC_API ddpc_status_t ddpc_ddp_build(ddpc_ddp_t ddp);
+
+/* Collective: rank 0's parameters overwrite everyone's. */
+DDPC_API ddpc_status_t ddpc_ddp_broadcast_params(ddpc_ddp_t ddp);
+
+typedef struct {
+    const char *name;
+    int ndim;
+    int64_t shape[8];
+    size_t numel;
+    size_t offset; /* elements from the start of the arenas */
+    ddpc_dtype_t dtype;
+    int bucket;    /* bucket holding its gradient */
+} ddpc_param_info_t;
+
+DDPC_API int ddpc_ddp_num_params(ddpc_ddp_t ddp);
+DDPC_API ddpc_status_t ddpc_ddp_param_info(ddpc_ddp_t ddp, int index, ddpc_param_info_t *info);
+/* Index of a parameter by name, or -1. */
+DDPC_API int ddpc_ddp_find_param(ddpc_ddp_t ddp, const char *name);
+/* Views into the arenas (after build); owned by the engine. */
+DDPC_API float *ddpc_ddp_param(ddpc_ddp_t ddp, int index);
+DDPC_API float *ddpc_ddp_grad(ddpc_ddp_t ddp, int index);
+/* The whole arenas: (numel,) float32 each, parameters in registration order. */
+DDPC_API float *ddpc_ddp_params(ddpc_ddp_t ddp, size_t *numel);
+DDPC_API float *ddpc_ddp_grads(ddpc_ddp_t ddp, size_t *numel);
+
+/* Bucket plan (after build): count, and bucket b's slice [offset, offset+numel)
+ * of the gradient arena. */
+DDPC_API int ddpc_ddp_num_buckets(ddpc_ddp_t ddp);
+DDPC_API ddpc_status_t ddpc_ddp_bucket(ddpc_ddp_t ddp, int b, size_t *offset, size_t *numel);
+
+/* Accumulation: with sync off, grad_ready and wait only account, gradients
+ * add up locally; the next micro-step with sync on reduces the sum. Not
+ * collective, but all ranks must use the same sequence. */
+DDPC_API ddpc_status_t ddpc_ddp_set_sync(ddpc_ddp_t ddp, int sync);
+/* Zero the gradient arena (start of an accumulation window). */
+DDPC_API ddpc_status_t ddpc_ddp_zero_grad(ddpc_ddp_t ddp);
+
+/* p's gradient is complete for this micro-step. May launch bucket all-reduces
+ * (in bucket order on every rank). Marking a parameter twice in one step is
+ * DDPC_ERR_STATE naming it. */
+DDPC_API ddpc_status_t ddpc_ddp_grad_ready(ddpc_ddp_t ddp, int index);
+
+/* Collective (when sync is on): launches what is left, waits for every
+ * bucket; gradients are then averaged over ranks and bitwise identical on
+ * every rank. Parameters that never became ready: with find_unused their
+ * gradient is reduced as it stands (zero if untouched since zero_grad); without it the call
+ * fails with DDPC_ERR_STATE naming them (all ranks fail together). */
+DDPC_API ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t ddp);
+
+/* Message of the last failure on this engine (prefixed with rank). */
+DDPC_API const char *ddpc_ddp_last_error(ddpc_ddp_t ddp);
+DDPC_API ddpc_comm_t ddpc_ddp_comm(ddpc_ddp_t ddp);
+
+/* Timing of the last synced step, for benchmarks: seconds from the first
+ * launch to the end of wait, and seconds wait() blocked. */
+DDPC_API void ddpc_ddp_last_timing(ddpc_ddp_t ddp, double *comm_s, double *blocked_s);
+
+/* ------------------------------------------------------------------ optimizers */
+typedef struct ddpc_optim *ddpc_optim_t;
+
+typedef enum { DDPC_OPTIM_SGD = 0, DDPC_OPTIM_ADAMW = 1 } ddpc_optim_type_t;
+
+typedef struct {
+    ddpc_optim_type_t type;
+    double lr;
+    double momentum;     /* SGD */
+    double dampening;    /* SGD */
+    int nesterov;        /* SGD */
+    double weight_decay; /* SGD: L2 added to the gradient; AdamW: decoupled */
+    double beta1, beta2, eps; /* AdamW */
+    double clip_norm;    /* > 0: clip the global gradient norm to this */
+    int dynamic_loss_scale; /* fp16 training: gradients arrive multiplied by the scale */
+    double loss_scale;      /* initial scale (dynamic) */
+    int scale_growth_interval; /* steps without overflow before the scale doubles */
+} ddpc_optim_config_t;
+
+#define DDPC_OPTIM_CONFIG_INIT                                                                 \
+    {DDPC_OPTIM_SGD, 0.01, 0.0, 0.0, 0, 0.0, 0.9, 0.999, 1e-8, 0.0, 0, 65536.0, 2000}
+
+/* State tensors per type, each (numel,) float32 in the parameter arena's
+ * layout: SGD with momentum: "momentum_buffer"; AdamW: "exp_avg", "exp_avg_sq". */
+DDPC_API ddpc_status_t ddpc_optim_create(ddpc_ddp_t ddp, const ddpc_optim_config_t *cfg,
+                                         ddpc_optim_t *out);
+DDPC_API void ddpc_optim_destroy(ddpc_optim_t opt);
+
+/* One update from the averaged gradients (call after ddpc_ddp_wait). Not
+ * collective: every rank computes the same update from identical inputs.
+ * *stepped (may be NULL) is 0 when dynamic loss scaling skipped the step
+ * because a gradient was inf or NaN (same decision on every rank). */
+DDPC_API ddpc_status_t ddpc_optim_step(ddpc_optim_t opt, int *stepped);
+
+DDPC_API const ddpc_optim_config_t *ddpc_optim_config(ddpc_optim_t opt);
+DDPC_API void ddpc_optim_set_lr(ddpc_optim_t opt, double lr);
+DDPC_API int ddpc_optim_num_states(ddpc_optim_t opt);
+/* State tensor k: its name and (numel,) float32 arena. */
+DDPC_API float *ddpc_optim_state(ddpc_optim_t opt, int k, const char **name);
+/* Steps taken (AdamW's bias correction uses it), current loss scale, and the
+ * global gradient norm seen by the last step (before clipping). */
+DDPC_API uint64_t ddpc_optim_steps(ddpc_optim_t opt);
+DDPC_API void ddpc_optim_set_steps(ddpc_optim_t opt, uint64_t steps);
+DDPC_API double ddpc_optim_loss_scale(ddpc_optim_t opt);
+DDPC_API void ddpc_optim_set_loss_scale(ddpc_optim_t opt, double scale);
+DDPC_API double ddpc_optim_last_grad_norm(ddpc_optim_t opt);
+DDPC_API const char *ddpc_optim_name(ddpc_optim_type_t type); /* "sgd", "adamw" */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DDPC_DDP_H */

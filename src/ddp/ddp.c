@@ -1,0 +1,385 @@
+/* ddp.c: the DDP engine's registry. Parameters are registered by name and
+ * shape, checked across ranks, laid out in one parameter arena and one
+ * gradient arena, and cut into buckets. The reducer (reducer.c) and the
+ * optimizers (optim.c) work on what this file builds. */
+#include "config.h"
+#include "ddp_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+ddpc_status_t ddp_err(ddpc_ddp_t d, ddpc_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ddpc_format_msg(d->err, sizeof d->err, d->prefix, "ddp", fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *ddpc_ddp_last_error(ddpc_ddp_t d) { return d ? d->err : "no engine"; }
+ddpc_comm_t ddpc_ddp_comm(ddpc_ddp_t d) { return d ? d->comm : NULL; }
+
+/* DDPC_* overrides of the engine's config. */
+static ddpc_status_t read_env(ddpc_ddp_t d)
+{
+    static const char *const comp[] = {"none", "bf16", "fp16", NULL};
+    ddpc_t rt = d->rt;
+    double first = (double)d->cfg.first_bucket_bytes / 1048576.0;
+    double cap = (double)d->cfg.bucket_bytes / 1048576.0;
+    long unused = d->cfg.find_unused, overlap = d->cfg.overlap;
+    int c = d->cfg.compress == DDPC_BF16 ? 1 : d->cfg.compress == DDPC_F16 ? 2 : 0;
+    ddpc_status_t st;
+    if ((st = ddpc_env_double(rt, "DDPC_FIRST_BUCKET_MB", 0, 1 << 20, &first)) ||
+        (st = ddpc_env_double(rt, "DDPC_BUCKET_MB", 1.0 / 1024, 1 << 20, &cap)) ||
+        (st = ddpc_env_long(rt, "DDPC_FIND_UNUSED", 0, 1, &unused)) ||
+        (st = ddpc_env_long(rt, "DDPC_OVERLAP", 0, 1, &overlap)) ||
+        (st = ddpc_env_choice(rt, "DDPC_COMPRESS", comp, &c))) {
+        snprintf(d->err, sizeof d->err, "%s", ddpc_last_error(rt));
+        return st;
+    }
+    d->cfg.first_bucket_bytes = (size_t)(first * 1048576.0);
+    d->cfg.bucket_bytes = (size_t)(cap * 1048576.0);
+    d->cfg.find_unused = (int)unused;
+    d->cfg.overlap = (int)overlap;
+    d->cfg.compress = c == 1 ? DDPC_BF16 : c == 2 ? DDPC_F16 : DDPC_F32;
+    return DDPC_OK;
+}
+
+ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg, ddpc_ddp_t *out)
+{
+    static const ddpc_ddp_config_t defaults = DDPC_DDP_CONFIG_INIT;
+    if (!comm || !out)
+        return DDPC_ERR_INVALID;
+    *out = NULL;
+    ddpc_ddp_t d = calloc(1, sizeof *d);
+    if (!d)
+        return DDPC_ERR_NOMEM;
+    d->comm = comm;
+    d->rt = ddpc_comm_runtime(comm);
+    d->cfg = cfg ? *cfg : defaults;
+    d->rank = ddpc_comm_rank(comm);
+    d->size = ddpc_comm_size(comm);
+    d->sync = 1;
+    const ddpc_world_t *w = ddpc_world(d->rt);
+    snprintf(d->prefix, sizeof d->prefix, "ddpc[rank %d/%d %s]", d->rank, d->size, w->host);
+    *out = d; /* so that ddpc_ddp_last_error works on failure */
+    ddpc_status_t st = read_env(d);
+    if (st == DDPC_OK && d->cfg.compress != DDPC_F32 && d->cfg.compress != DDPC_BF16 &&
+        d->cfg.compress != DDPC_F16)
+        st = ddp_err(d, DDPC_ERR_INVALID, "compress must be float32 (none), bfloat16 or float16, not %s",
+                     ddpc_dtype_name(d->cfg.compress));
+    if (st == DDPC_OK && d->cfg.bucket_bytes < 4)
+        st = ddp_err(d, DDPC_ERR_INVALID, "bucket size of %zu bytes holds no float32",
+                     d->cfg.bucket_bytes);
+    return st;
+}
+
+void ddpc_ddp_destroy(ddpc_ddp_t d)
+{
+    if (!d)
+        return;
+    for (int b = 0; b < d->nbuckets; b++) {
+        if (d->buckets[b].work)
+            ddpc_work_wait(d->buckets[b].work, -1);
+        free(d->buckets[b].wire);
+    }
+    free(d->buckets);
+    free(d->params);
+    free(d->param_arena);
+    free(d->grad_arena);
+    free(d);
+}
+
+ddpc_status_t ddpc_ddp_add_param(ddpc_ddp_t d, const char *name, int ndim, const int64_t *shape,
+                                 int *index)
+{
+    if (!d)
+        return DDPC_ERR_INVALID;
+    if (d->built)
+        return ddp_err(d, DDPC_ERR_STATE, "add_param(\"%s\") after ddpc_ddp_build", name ? name : "");
+    if (!name || !*name || strlen(name) >= DDP_NAME_MAX)
+        return ddp_err(d, DDPC_ERR_INVALID, "parameter name must be 1..%d bytes", DDP_NAME_MAX - 1);
+    if (ndim < 0 || ndim > DDP_MAX_DIMS || (ndim && !shape))
+        return ddp_err(d, DDPC_ERR_INVALID, "parameter \"%s\": ndim %d, expected 0..%d with a shape",
+                       name, ndim, DDP_MAX_DIMS);
+    for (int i = 0; i < d->nparams; i++)
+        if (!strcmp(d->params[i].name, name))
+            return ddp_err(d, DDPC_ERR_INVALID, "parameter \"%s\" registered twice (index %d)", name, i);
+    size_t numel = 1;
+    for (int k = 0; k < ndim; k++) {
+        if (shape[k] < 0 || (shape[k] && numel > SIZE_MAX / 8 / (size_t)shape[k]))
+            return ddp_err(d, DDPC_ERR_INVALID, "parameter \"%s\": extent %d is %lld", name, k,
+                           (long long)shape[k]);
+        numel *= (size_t)shape[k];
+    }
+    if (d->nparams == d->cap) {
+        int cap = d->cap ? 2 * d->cap : 16;
+        ddp_param_t *p = realloc(d->params, (size_t)cap * sizeof *p);
+        if (!p)
+            return ddp_err(d, DDPC_ERR_NOMEM, "cannot register %d parameters", cap);
+        d->params = p;
+        d->cap = cap;
+    }
+    ddp_param_t *p = &d->params[d->nparams];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    for (int k = 0; k < ndim; k++)
+        p->shape[k] = shape[k];
+    p->numel = numel;
+    p->offset = d->numel;
+    d->numel += numel;
+    if (index)
+        *index = d->nparams;
+    d->nparams++;
+    return DDPC_OK;
+}
+
+/* What ranks compare at build: name, dtype, shape of each parameter. */
+typedef struct {
+    char name[DDP_NAME_MAX];
+    int64_t ndim, dtype, shape[DDP_MAX_DIMS];
+} ddp_desc_t;
+
+static void describe(const ddp_param_t *p, ddp_desc_t *o)
+{
+    memset(o, 0, sizeof *o);
+    memcpy(o->name, p->name, sizeof o->name);
+    o->ndim = p->ndim;
+    o->dtype = DDPC_F32;
+    memcpy(o->shape, p->shape, sizeof o->shape);
+}
+
+static void shape_str(const ddp_desc_t *d, char *s, size_t n)
+{
+    int k = snprintf(s, n, "%s[", ddpc_dtype_name((ddpc_dtype_t)d->dtype));
+    for (int i = 0; i < d->ndim && k > 0 && (size_t)k < n; i++)
+        k += snprintf(s + k, n - (size_t)k, "%s%lld", i ? ", " : "", (long long)d->shape[i]);
+    if (k > 0 && (size_t)k < n)
+        snprintf(s + k, n - (size_t)k, "]");
+}
+
+/* Collective: every rank compares its registry with rank 0's; the first
+ * difference on any rank fails every rank with the same story. */
+static ddpc_status_t verify_across_ranks(ddpc_ddp_t d)
+{
+    int64_t n0 = d->nparams;
+    ddpc_status_t st = ddpc_broadcast(d->comm, &n0, 1, DDPC_I64, 0);
+    if (st)
+        return ddp_err(d, st, "model check: %s", ddpc_last_error(d->rt));
+    size_t n = (size_t)(n0 < d->nparams ? n0 : d->nparams);
+    /* rank 0's descriptors of the common prefix (a count mismatch is still
+     * named by its first extra parameter) */
+    size_t nb = (size_t)(n0 > 0 ? n0 : 1);
+    ddp_desc_t *ref = calloc(nb, sizeof *ref);
+    if (!ref)
+        return ddp_err(d, DDPC_ERR_NOMEM, "model check: cannot allocate %zu descriptors", nb);
+    if (d->rank == 0)
+        for (int i = 0; i < d->nparams; i++)
+            describe(&d->params[i], &ref[i]);
+    st = ddpc_broadcast(d->comm, ref, (size_t)n0 * sizeof *ref, DDPC_U8, 0);
+    if (st) {
+        free(ref);
+        return ddp_err(d, st, "model check: %s", ddpc_last_error(d->rt));
+    }
+    /* first index where this rank differs; INT64_MAX if none */
+    int64_t mine = INT64_MAX;
+    for (size_t i = 0; i < n && mine == INT64_MAX; i++) {
+        ddp_desc_t me;
+        describe(&d->params[i], &me);
+        if (memcmp(&me, &ref[i], sizeof me))
+            mine = (int64_t)i;
+    }
+    if (mine == INT64_MAX && n0 != d->nparams)
+        mine = (int64_t)n;
+    int64_t *firsts = malloc((size_t)d->size * sizeof *firsts);
+    if (!firsts) {
+        free(ref);
+        return ddp_err(d, DDPC_ERR_NOMEM, "model check: cannot allocate");
+    }
+    st = ddpc_allgather(d->comm, &mine, firsts, 1, DDPC_I64);
+    if (st) {
+        free(ref);
+        free(firsts);
+        return ddp_err(d, st, "model check: %s", ddpc_last_error(d->rt));
+    }
+    int bad = -1;
+    for (int r = 0; r < d->size; r++)
+        if (firsts[r] != INT64_MAX && (bad < 0 || firsts[r] < firsts[bad]))
+            bad = r;
+    if (bad < 0) {
+        free(ref);
+        free(firsts);
+        return DDPC_OK;
+    }
+    int64_t i = firsts[bad];
+    char theirs[160] = "", ours[160] = "";
+    if (i < n0)
+        shape_str(&ref[i], theirs, sizeof theirs);
+    if (bad == d->rank) {
+        ddp_desc_t me;
+        if (i < d->nparams) {
+            describe(&d->params[i], &me);
+            shape_str(&me, ours, sizeof ours);
+        }
+        st = ddp_err(d, DDPC_ERR_MISMATCH,
+                     "ranks registered different models: parameter %lld is \"%s\" %s on this rank "
+                     "(%d) but \"%s\" %s on rank 0 (%d parameters here, %lld on rank 0)",
+                     (long long)i, i < d->nparams ? d->params[i].name : "(none)", ours, d->rank,
+                     i < n0 ? ref[i].name : "(none)", theirs, d->nparams, (long long)n0);
+    } else {
+        st = ddp_err(d, DDPC_ERR_MISMATCH,
+                     "ranks registered different models: rank %d differs from rank 0 first at "
+                     "parameter %lld (\"%s\" %s on rank 0); see rank %d's message",
+                     bad, (long long)i, i < n0 ? ref[i].name : "(none)", theirs, bad);
+    }
+    free(ref);
+    free(firsts);
+    return st;
+}
+
+ddpc_status_t ddp_plan_buckets(ddpc_ddp_t d)
+{
+    free(d->buckets);
+    d->buckets = NULL;
+    d->nbuckets = 0;
+    if (d->nparams == 0)
+        return DDPC_OK;
+    d->buckets = calloc((size_t)d->nparams, sizeof *d->buckets); /* at most one per param */
+    if (!d->buckets)
+        return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the bucket plan");
+    /* Walk backwards (the order backward produces gradients); close a bucket
+     * once it reaches its limit: the first bucket's is small so the first
+     * all-reduce starts early. */
+    size_t limit = d->cfg.first_bucket_bytes, bytes = 0;
+    ddp_bucket_t *b = NULL;
+    for (int i = d->nparams - 1; i >= 0; i--) {
+        if (!b) {
+            b = &d->buckets[d->nbuckets++];
+            b->last_param = i;
+            bytes = 0;
+        }
+        b->first_param = i;
+        d->params[i].bucket = (int)(b - d->buckets);
+        bytes += d->params[i].numel * sizeof(float);
+        if (bytes >= limit) {
+            b = NULL;
+            limit = d->cfg.bucket_bytes;
+        }
+    }
+    for (int k = 0; k < d->nbuckets; k++) {
+        ddp_bucket_t *bk = &d->buckets[k];
+        const ddp_param_t *lo = &d->params[bk->first_param], *hi = &d->params[bk->last_param];
+        bk->offset = lo->offset;
+        bk->numel = hi->offset + hi->numel - lo->offset;
+    }
+    return DDPC_OK;
+}
+
+ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
+{
+    if (!d)
+        return DDPC_ERR_INVALID;
+    if (d->built)
+        return ddp_err(d, DDPC_ERR_STATE, "ddpc_ddp_build called twice");
+    ddpc_status_t st = verify_across_ranks(d);
+    if (st)
+        return st;
+    size_t bytes = (d->numel ? d->numel : 1) * sizeof(float);
+    bytes = (bytes + 63) / 64 * 64;
+    d->param_arena = aligned_alloc(64, bytes);
+    d->grad_arena = aligned_alloc(64, bytes);
+    if (!d->param_arena || !d->grad_arena)
+        return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate 2 arenas of %zu bytes", bytes);
+    memset(d->param_arena, 0, bytes);
+    memset(d->grad_arena, 0, bytes);
+    if ((st = ddp_plan_buckets(d)) != DDPC_OK)
+        return st;
+    if (d->cfg.compress != DDPC_F32)
+        for (int b = 0; b < d->nbuckets; b++) {
+            d->buckets[b].wire = malloc((d->buckets[b].numel ? d->buckets[b].numel : 1) * 2);
+            if (!d->buckets[b].wire)
+                return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the compression buffers");
+        }
+    for (int b = 0; b < d->nbuckets; b++)
+        d->buckets[b].pending = d->buckets[b].last_param - d->buckets[b].first_param + 1;
+    d->built = 1;
+    ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s",
+             d->nparams, d->numel, d->nbuckets, d->cfg.first_bucket_bytes, d->cfg.bucket_bytes,
+             d->cfg.compress != DDPC_F32 ? ", compressed" : "");
+    return DDPC_OK;
+}
+
+ddpc_status_t ddpc_ddp_broadcast_params(ddpc_ddp_t d)
+{
+    if (!d || !d->built)
+        return d ? ddp_err(d, DDPC_ERR_STATE, "broadcast_params before build") : DDPC_ERR_INVALID;
+    ddpc_status_t st = ddpc_broadcast(d->comm, d->param_arena, d->numel, DDPC_F32, 0);
+    return st ? ddp_err(d, st, "initial broadcast: %s", ddpc_last_error(d->rt)) : DDPC_OK;
+}
+
+int ddpc_ddp_num_params(ddpc_ddp_t d) { return d ? d->nparams : 0; }
+
+ddpc_status_t ddpc_ddp_param_info(ddpc_ddp_t d, int i, ddpc_param_info_t *info)
+{
+    if (!d || !info || i < 0 || i >= d->nparams)
+        return d ? ddp_err(d, DDPC_ERR_INVALID, "no parameter %d (have %d)", i, d->nparams)
+                 : DDPC_ERR_INVALID;
+    const ddp_param_t *p = &d->params[i];
+    memset(info, 0, sizeof *info);
+    info->name = p->name;
+    info->ndim = p->ndim;
+    memcpy(info->shape, p->shape, sizeof info->shape);
+    info->numel = p->numel;
+    info->offset = p->offset;
+    info->dtype = DDPC_F32;
+    info->bucket = d->built ? p->bucket : -1;
+    return DDPC_OK;
+}
+
+int ddpc_ddp_find_param(ddpc_ddp_t d, const char *name)
+{
+    for (int i = 0; d && name && i < d->nparams; i++)
+        if (!strcmp(d->params[i].name, name))
+            return i;
+    return -1;
+}
+
+float *ddpc_ddp_param(ddpc_ddp_t d, int i)
+{
+    return d && d->built && i >= 0 && i < d->nparams ? d->param_arena + d->params[i].offset : NULL;
+}
+
+float *ddpc_ddp_grad(ddpc_ddp_t d, int i)
+{
+    return d && d->built && i >= 0 && i < d->nparams ? d->grad_arena + d->params[i].offset : NULL;
+}
+
+float *ddpc_ddp_params(ddpc_ddp_t d, size_t *numel)
+{
+    if (numel)
+        *numel = d ? d->numel : 0;
+    return d && d->built ? d->param_arena : NULL;
+}
+
+float *ddpc_ddp_grads(ddpc_ddp_t d, size_t *numel)
+{
+    if (numel)
+        *numel = d ? d->numel : 0;
+    return d && d->built ? d->grad_arena : NULL;
+}
+
+int ddpc_ddp_num_buckets(ddpc_ddp_t d) { return d && d->built ? d->nbuckets : 0; }
+
+ddpc_status_t ddpc_ddp_bucket(ddpc_ddp_t d, int b, size_t *offset, size_t *numel)
+{
+    if (!d || !d->built || b < 0 || b >= d->nbuckets)
+        return d ? ddp_err(d, DDPC_ERR_INVALID, "no bucket %d", b) : DDPC_ERR_INVALID;
+    if (offset)
+        *offset = d->buckets[b].offset;
+    if (numel)
+        *numel = d->buckets[b].numel;
+    return DDPC_OK;
+}

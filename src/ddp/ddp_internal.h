@@ -1,0 +1,65 @@
+/* ddp_internal.h: the engine's struct, shared by the registry and plan
+ * (ddp.c), the reducer (reducer.c) and the optimizers (optim.c). */
+#ifndef DDPC_DDP_INTERNAL_H
+#define DDPC_DDP_INTERNAL_H
+
+#include "ddpc_ddp.h"
+#include "internal.h"
+
+#define DDP_NAME_MAX 128
+#define DDP_MAX_DIMS 8
+
+typedef struct {
+    char name[DDP_NAME_MAX];
+    int ndim;
+    int64_t shape[DDP_MAX_DIMS];
+    size_t numel, offset; /* elements; offset into both arenas */
+    int bucket;
+    int ready;            /* grad_ready seen in this micro-step */
+} ddp_param_t;
+
+/* Bucket b: gradient arena slice [offset, offset + numel), holding
+ * parameters [first_param, last_param] (registration order, contiguous). */
+typedef struct {
+    size_t offset, numel;
+    int first_param, last_param;
+    int pending;          /* parameters not yet ready in this step */
+    int launched;
+    ddpc_work_t work;
+    uint16_t *wire;       /* compression: (numel,) bf16/fp16 copy on the wire */
+} ddp_bucket_t;
+
+struct ddpc_ddp {
+    ddpc_comm_t comm;
+    ddpc_t rt;
+    ddpc_ddp_config_t cfg;
+    int rank, size;
+    char prefix[112];
+    char err[DDPC_ERRMSG_LEN];
+
+    ddp_param_t *params;
+    int nparams, cap;
+    int built;
+    size_t numel;         /* total elements of each arena */
+    float *param_arena;   /* (numel,) */
+    float *grad_arena;    /* (numel,) */
+
+    ddp_bucket_t *buckets;
+    int nbuckets;
+    int next_launch;      /* buckets [0, next_launch) are launched this step */
+    int sync;             /* 0: accumulation micro-step */
+    int step_active;      /* some grad_ready since the last wait */
+    double t_first_launch, comm_s, blocked_s;
+};
+
+ddpc_status_t ddp_err(ddpc_ddp_t d, ddpc_status_t st, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* The bucket plan: a pure function of the parameters (numel, order) and the
+ * two size limits. Fills d->buckets, d->nbuckets and params[].bucket. */
+ddpc_status_t ddp_plan_buckets(ddpc_ddp_t d);
+
+#endif

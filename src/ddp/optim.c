@@ -1,0 +1,196 @@
+/* optim.c: optimizers over the engine's flat arenas, with PyTorch's update
+ * rules: SGD (momentum, dampening, Nesterov, L2 weight decay) and AdamW
+ * (decoupled weight decay, bias correction), global-norm clipping, and
+ * dynamic loss scaling. Every rank holds identical averaged gradients, so
+ * every rank makes the same decisions without communicating. CPU only here. */
+#include "config.h"
+#include "ddp_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ddpc_optim {
+    ddpc_ddp_t ddp;
+    ddpc_optim_config_t cfg;
+    int nstates;
+    const char *state_names[2];
+    float *state[2];   /* (numel,) each, the parameter arena's layout */
+    uint64_t steps;    /* updates applied */
+    double scale;      /* dynamic loss scale */
+    int good_steps;    /* since the last overflow or growth */
+    double last_norm;
+};
+
+const char *ddpc_optim_name(ddpc_optim_type_t t)
+{
+    return t == DDPC_OPTIM_SGD ? "sgd" : t == DDPC_OPTIM_ADAMW ? "adamw" : "unknown";
+}
+
+ddpc_status_t ddpc_optim_create(ddpc_ddp_t d, const ddpc_optim_config_t *cfg, ddpc_optim_t *out)
+{
+    static const ddpc_optim_config_t defaults = DDPC_OPTIM_CONFIG_INIT;
+    if (!d || !out)
+        return DDPC_ERR_INVALID;
+    *out = NULL;
+    if (!d->built)
+        return ddp_err(d, DDPC_ERR_STATE, "optimizer created before ddpc_ddp_build");
+    const ddpc_optim_config_t c = cfg ? *cfg : defaults;
+    const char *bad = NULL;
+    if (c.type != DDPC_OPTIM_SGD && c.type != DDPC_OPTIM_ADAMW)
+        bad = "type (sgd or adamw)";
+    else if (!(c.lr >= 0) || !isfinite(c.lr))
+        bad = "lr >= 0";
+    else if (!(c.momentum >= 0 && c.momentum < 1) && c.type == DDPC_OPTIM_SGD)
+        bad = "momentum in [0, 1)";
+    else if (c.nesterov && (c.momentum <= 0 || c.dampening != 0))
+        bad = "nesterov only with momentum > 0 and dampening 0";
+    else if (!(c.weight_decay >= 0))
+        bad = "weight_decay >= 0";
+    else if (c.type == DDPC_OPTIM_ADAMW &&
+             !(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1 && c.eps > 0))
+        bad = "betas in [0, 1) and eps > 0";
+    else if (!(c.clip_norm >= 0))
+        bad = "clip_norm >= 0 (0: off)";
+    else if (c.dynamic_loss_scale && !(c.loss_scale > 0 && c.scale_growth_interval > 0))
+        bad = "loss_scale > 0 and scale_growth_interval > 0";
+    if (bad)
+        return ddp_err(d, DDPC_ERR_INVALID, "optimizer config: expected %s", bad);
+    ddpc_optim_t o = calloc(1, sizeof *o);
+    if (!o)
+        return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the optimizer");
+    o->ddp = d;
+    o->cfg = c;
+    o->scale = c.dynamic_loss_scale ? c.loss_scale : 1.0;
+    if (c.type == DDPC_OPTIM_SGD && c.momentum > 0) {
+        o->nstates = 1;
+        o->state_names[0] = "momentum_buffer";
+    } else if (c.type == DDPC_OPTIM_ADAMW) {
+        o->nstates = 2;
+        o->state_names[0] = "exp_avg";
+        o->state_names[1] = "exp_avg_sq";
+    }
+    size_t bytes = ((d->numel ? d->numel : 1) * sizeof(float) + 63) / 64 * 64;
+    for (int k = 0; k < o->nstates; k++) {
+        o->state[k] = aligned_alloc(64, bytes);
+        if (!o->state[k]) {
+            ddpc_optim_destroy(o);
+            return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate optimizer state of %zu bytes", bytes);
+        }
+        memset(o->state[k], 0, bytes);
+    }
+    *out = o;
+    return DDPC_OK;
+}
+
+void ddpc_optim_destroy(ddpc_optim_t o)
+{
+    if (!o)
+        return;
+    for (int k = 0; k < o->nstates; k++)
+        free(o->state[k]);
+    free(o);
+}
+
+/* sum of squares in double, in arena order: the same on every rank */
+static double sumsq(const float *g, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)g[i] * (double)g[i];
+    return s;
+}
+
+static void sgd(ddpc_optim_t o, float *p, float *g, size_t n)
+{
+    const ddpc_optim_config_t *c = &o->cfg;
+    const float lr = (float)c->lr, wd = (float)c->weight_decay, mu = (float)c->momentum;
+    const float damp = 1.0f - (float)c->dampening;
+    float *buf = o->state[0];
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] + wd * p[i];
+        if (mu > 0) {
+            buf[i] = o->steps == 0 ? gi : mu * buf[i] + damp * gi;
+            gi = c->nesterov ? gi + mu * buf[i] : buf[i];
+        }
+        p[i] -= lr * gi;
+    }
+}
+
+static void adamw(ddpc_optim_t o, float *p, const float *g, size_t n)
+{
+    const ddpc_optim_config_t *c = &o->cfg;
+    const double t = (double)(o->steps + 1);
+    const float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
+    const float decay = (float)(1.0 - c->lr * c->weight_decay);
+    const float step_size = (float)(c->lr / (1.0 - pow(c->beta1, t)));
+    const float inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(c->beta2, t)));
+    float *m = o->state[0], *v = o->state[1];
+    for (size_t i = 0; i < n; i++) {
+        p[i] *= decay;
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        p[i] -= step_size * m[i] / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
+    }
+}
+
+ddpc_status_t ddpc_optim_step(ddpc_optim_t o, int *stepped)
+{
+    if (!o)
+        return DDPC_ERR_INVALID;
+    ddpc_ddp_t d = o->ddp;
+    size_t n = d->numel;
+    float *p = d->param_arena, *g = d->grad_arena;
+    if (stepped)
+        *stepped = 0;
+    double ss = sumsq(g, n);
+    if (o->cfg.dynamic_loss_scale) {
+        if (!isfinite(ss)) { /* overflow: skip, back off (identical on all ranks) */
+            o->scale *= 0.5;
+            o->good_steps = 0;
+            o->last_norm = INFINITY;
+            return DDPC_OK;
+        }
+        const float inv = (float)(1.0 / o->scale);
+        for (size_t i = 0; i < n; i++)
+            g[i] *= inv;
+        ss /= o->scale * o->scale;
+        if (++o->good_steps >= o->cfg.scale_growth_interval) {
+            o->scale *= 2.0;
+            o->good_steps = 0;
+        }
+    }
+    o->last_norm = sqrt(ss);
+    if (o->cfg.clip_norm > 0 && o->last_norm > o->cfg.clip_norm) {
+        const float coef = (float)(o->cfg.clip_norm / (o->last_norm + 1e-6));
+        for (size_t i = 0; i < n; i++)
+            g[i] *= coef;
+    }
+    if (o->cfg.type == DDPC_OPTIM_SGD)
+        sgd(o, p, g, n);
+    else
+        adamw(o, p, g, n);
+    o->steps++;
+    if (stepped)
+        *stepped = 1;
+    return DDPC_OK;
+}
+
+const ddpc_optim_config_t *ddpc_optim_config(ddpc_optim_t o) { return o ? &o->cfg : NULL; }
+void ddpc_optim_set_lr(ddpc_optim_t o, double lr) { if (o) o->cfg.lr = lr; }
+int ddpc_optim_num_states(ddpc_optim_t o) { return o ? o->nstates : 0; }
+
+float *ddpc_optim_state(ddpc_optim_t o, int k, const char **name)
+{
+    if (!o || k < 0 || k >= o->nstates)
+        return NULL;
+    if (name)
+        *name = o->state_names[k];
+    return o->state[k];
+}
+
+uint64_t ddpc_optim_steps(ddpc_optim_t o) { return o ? o->steps : 0; }
+void ddpc_optim_set_steps(ddpc_optim_t o, uint64_t s) { if (o) o->steps = s; }
+double ddpc_optim_loss_scale(ddpc_optim_t o) { return o ? o->scale : 1.0; }
+void ddpc_optim_set_loss_scale(ddpc_optim_t o, double s) { if (o && s > 0) o->scale = s; }
+double ddpc_optim_last_grad_norm(ddpc_optim_t o) { return o ? o->last_norm : 0; }

@@ -1,0 +1,199 @@
+/* reducer.c: the reducer. grad_ready counts down each bucket; the next
+ * bucket in index order whose gradients are all ready is all-reduced
+ * asynchronously on the communicator's progress thread while backward goes
+ * on. wait() launches the rest, checks that no parameter was left unready
+ * (on every rank at once), and waits. Averaging happens in the reduction
+ * (uncompressed: SUM then /N on the progress thread) or in the conversion
+ * copy (compressed: g/N rounded to bf16/fp16, then SUM). */
+#include "config.h"
+#include "ddp_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+ddpc_status_t ddpc_ddp_set_sync(ddpc_ddp_t d, int sync)
+{
+    if (!d)
+        return DDPC_ERR_INVALID;
+    if (d->step_active)
+        return ddp_err(d, DDPC_ERR_STATE, "set_sync in the middle of a step (after grad_ready, "
+                                          "before wait)");
+    d->sync = sync != 0;
+    return DDPC_OK;
+}
+
+ddpc_status_t ddpc_ddp_zero_grad(ddpc_ddp_t d)
+{
+    if (!d || !d->built)
+        return d ? ddp_err(d, DDPC_ERR_STATE, "zero_grad before build") : DDPC_ERR_INVALID;
+    if (d->step_active)
+        return ddp_err(d, DDPC_ERR_STATE, "zero_grad while reductions may be running (before wait)");
+    memset(d->grad_arena, 0, d->numel * sizeof(float));
+    return DDPC_OK;
+}
+
+static ddpc_status_t launch(ddpc_ddp_t d, int b)
+{
+    ddp_bucket_t *bk = &d->buckets[b];
+    float *g = d->grad_arena + bk->offset;
+    ddpc_status_t st;
+    if (d->next_launch == 0)
+        d->t_first_launch = ddpc_now();
+    if (d->cfg.compress == DDPC_F32) {
+        st = ddpc_iallreduce(d->comm, g, g, bk->numel, DDPC_F32, DDPC_AVG, &bk->work);
+    } else {
+        /* fold the 1/N into the conversion copy: no extra pass */
+        const float inv = 1.0f / (float)d->size;
+        if (d->cfg.compress == DDPC_BF16)
+            for (size_t i = 0; i < bk->numel; i++)
+                bk->wire[i] = ddpc_f32_to_bf16(g[i] * inv);
+        else
+            for (size_t i = 0; i < bk->numel; i++)
+                bk->wire[i] = ddpc_f32_to_f16(g[i] * inv);
+        st = ddpc_iallreduce(d->comm, bk->wire, bk->wire, bk->numel, d->cfg.compress, DDPC_SUM,
+                             &bk->work);
+    }
+    if (st)
+        return ddp_err(d, st, "launching bucket %d: %s", b, ddpc_last_error(d->rt));
+    bk->launched = 1;
+    d->next_launch = b + 1;
+    return DDPC_OK;
+}
+
+/* Launch every consecutive complete bucket from next_launch on. */
+static ddpc_status_t launch_ready(ddpc_ddp_t d)
+{
+    while (d->next_launch < d->nbuckets && d->buckets[d->next_launch].pending == 0) {
+        ddpc_status_t st = launch(d, d->next_launch);
+        if (st)
+            return st;
+    }
+    return DDPC_OK;
+}
+
+ddpc_status_t ddpc_ddp_grad_ready(ddpc_ddp_t d, int i)
+{
+    if (!d || !d->built)
+        return d ? ddp_err(d, DDPC_ERR_STATE, "grad_ready before build") : DDPC_ERR_INVALID;
+    if (i < 0 || i >= d->nparams)
+        return ddp_err(d, DDPC_ERR_INVALID, "grad_ready(%d): no such parameter (have %d)", i,
+                       d->nparams);
+    ddp_param_t *p = &d->params[i];
+    if (p->ready)
+        return ddp_err(d, DDPC_ERR_STATE,
+                       "parameter %d \"%s\" marked ready twice in one step (grad_ready must be "
+                       "called once per parameter per micro-step)", i, p->name);
+    p->ready = 1;
+    d->step_active = 1;
+    d->buckets[p->bucket].pending--;
+    if (d->sync && d->cfg.overlap)
+        return launch_ready(d);
+    return DDPC_OK;
+}
+
+/* Next micro-step: nothing ready, nothing launched. */
+static void reset_step(ddpc_ddp_t d)
+{
+    for (int i = 0; i < d->nparams; i++)
+        d->params[i].ready = 0;
+    for (int b = 0; b < d->nbuckets; b++) {
+        d->buckets[b].pending = d->buckets[b].last_param - d->buckets[b].first_param + 1;
+        d->buckets[b].launched = 0;
+        d->buckets[b].work = NULL;
+    }
+    d->next_launch = 0;
+    d->step_active = 0;
+}
+
+/* "a", "b", "c" and 4 more: the parameters that never became ready. */
+static void list_unready(ddpc_ddp_t d, char *s, size_t n)
+{
+    size_t k = 0;
+    int shown = 0, more = 0;
+    s[0] = 0;
+    for (int i = 0; i < d->nparams; i++) {
+        if (d->params[i].ready)
+            continue;
+        if (shown < 8 && k < n) {
+            k += (size_t)snprintf(s + k, n - k, "%s%d \"%s\"", shown ? ", " : "", i, d->params[i].name);
+            shown++;
+        } else {
+            more++;
+        }
+    }
+    if (more && k < n)
+        snprintf(s + k, n - k, " and %d more", more);
+}
+
+ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
+{
+    if (!d || !d->built)
+        return d ? ddp_err(d, DDPC_ERR_STATE, "wait before build") : DDPC_ERR_INVALID;
+    if (!d->sync) {
+        reset_step(d); /* accumulation micro-step: gradients stay local */
+        return DDPC_OK;
+    }
+    double t0 = ddpc_now();
+    int unready = 0;
+    for (int i = 0; i < d->nparams; i++)
+        unready += !d->params[i].ready;
+    ddpc_status_t st = DDPC_OK;
+    /* Every rank launches every bucket exactly once per step, in order, even
+     * when some gradients are missing: the collectives must match. */
+    while (st == DDPC_OK && d->next_launch < d->nbuckets)
+        st = launch(d, d->next_launch);
+    /* Without find_unused a missing gradient is an error, and every rank must
+     * learn it in the same step: one small MAX after the buckets. */
+    int64_t worst = unready;
+    if (st == DDPC_OK && !d->cfg.find_unused && d->size > 1 &&
+        (st = ddpc_allreduce(d->comm, &worst, &worst, 1, DDPC_I64, DDPC_MAX)) != DDPC_OK)
+        st = ddp_err(d, st, "unready-parameter check: %s", ddpc_last_error(d->rt));
+    for (int b = 0; b < d->nbuckets; b++) {
+        ddp_bucket_t *bk = &d->buckets[b];
+        if (!bk->launched || !bk->work)
+            continue;
+        ddpc_status_t ws = ddpc_work_wait(bk->work, -1);
+        if (ws == DDPC_ERR_TIMEOUT)
+            return ddp_err(d, ws, "bucket %d of %d (parameters %d..%d, %zu floats): %s", b,
+                           d->nbuckets, bk->first_param, bk->last_param, bk->numel,
+                           ddpc_last_error(d->rt));
+        bk->work = NULL;
+        if (ws && st == DDPC_OK)
+            st = ddp_err(d, ws, "bucket %d: %s", b, ddpc_last_error(d->rt));
+        if (ws == DDPC_OK && d->cfg.compress != DDPC_F32) {
+            float *g = d->grad_arena + bk->offset;
+            if (d->cfg.compress == DDPC_BF16)
+                for (size_t i = 0; i < bk->numel; i++)
+                    g[i] = ddpc_bf16_to_f32(bk->wire[i]);
+            else
+                for (size_t i = 0; i < bk->numel; i++)
+                    g[i] = ddpc_f16_to_f32(bk->wire[i]);
+        }
+    }
+    double t1 = ddpc_now();
+    d->comm_s = t1 - d->t_first_launch;
+    d->blocked_s = t1 - t0;
+    if (st == DDPC_OK && worst > 0) {
+        char names[768];
+        list_unready(d, names, sizeof names);
+        st = unready
+                 ? ddp_err(d, DDPC_ERR_STATE,
+                           "%d parameter(s) got no gradient in this step: %s. Call grad_ready for "
+                           "every parameter, or enable find_unused (DDPC_FIND_UNUSED=1)",
+                           unready, names)
+                 : ddp_err(d, DDPC_ERR_REMOTE,
+                           "another rank has %lld parameter(s) without a gradient in this step "
+                           "(see its message); enable find_unused (DDPC_FIND_UNUSED=1) if "
+                           "parameters may go unused", (long long)worst);
+    }
+    reset_step(d);
+    return st;
+}
+
+void ddpc_ddp_last_timing(ddpc_ddp_t d, double *comm_s, double *blocked_s)
+{
+    if (comm_s)
+        *comm_s = d ? d->comm_s : 0;
+    if (blocked_s)
+        *blocked_s = d ? d->blocked_s : 0;
+}
