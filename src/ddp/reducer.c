@@ -173,7 +173,7 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     double t1 = ddpc_now();
     d->comm_s = t1 - d->t_first_launch;
     d->blocked_s = t1 - t0;
-    if (st == DDPC_OK && worst > 0) {
+    if (st == DDPC_OK && worst > 0 && !d->cfg.find_unused) {
         char names[768];
         list_unready(d, names, sizeof names);
         st = unready

@@ -1,0 +1,481 @@
+/* mpi_ddp.c: the DDP engine and optimizers under 1, 2 and 4 real MPI ranks.
+ * The equivalence test trains a linear model (several weight blocks, so
+ * several buckets) with N ranks on per-rank batch B and, on every rank, a
+ * one-process reference on the N*B batch; parameters must agree within
+ * float tolerance, and be bitwise identical across ranks after every step.
+ * Also: accumulation, unused parameters, errors, compression, bucket plans,
+ * clipping, loss scaling and the update rules against hand-computed values. */
+#include "mpitest.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { D = 37, O = 24, K = 4, B = 8 }; /* input, output, weight blocks, per-rank batch */
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* deterministic sample s of step t: x (D,), target y (O,) */
+static void sample(int t, int s, float *x, float *y)
+{
+    uint64_t z = 0x9e3779b97f4a7c15ull * (uint64_t)(t * 100003 + s + 1);
+    for (int i = 0; i < D + O; i++) {
+        z ^= z >> 31, z *= 0xbf58476d1ce4e5b9ull, z ^= z >> 27;
+        float v = (float)((double)(z >> 11) * 0x1p-53 * 2.0 - 1.0);
+        if (i < D)
+            x[i] = v;
+        else
+            y[i - D] = v;
+    }
+}
+
+/* Linear model y = W x + b, W as K row blocks "w.k" (O/K, D), then "b" (O).
+ * MSE loss mean over n samples [s0, s0+n) of step t, times `scale`;
+ * accumulates gradients into g (same layout as the arena). */
+static void grad_linear(const float *p, float *g, int t, int s0, int n, float scale)
+{
+    float x[D], y[O], out[O];
+    const float *W = p, *b = p + O * D;
+    for (int s = s0; s < s0 + n; s++) {
+        sample(t, s, x, y);
+        for (int o = 0; o < O; o++) {
+            float a = b[o];
+            for (int i = 0; i < D; i++)
+                a += W[o * D + i] * x[i];
+            out[o] = a;
+        }
+        for (int o = 0; o < O; o++) {
+            float e = 2.0f * (out[o] - y[o]) * scale / (float)n;
+            for (int i = 0; i < D; i++)
+                g[o * D + i] += e * x[i];
+            g[O * D + o] += e;
+        }
+    }
+}
+
+static void init_params(float *p, size_t n, int rank)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)sin(0.37 * (double)i + rank); /* differs per rank: broadcast fixes it */
+}
+
+/* A DDP engine over the linear model with buckets small enough to have several. */
+static ddpc_ddp_t make_ddp(const ddpc_ddp_config_t *cfg)
+{
+    ddpc_ddp_t d;
+    T_OK(ddpc_ddp_create(T_comm, cfg, &d));
+    for (int k = 0; k < K; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "w.%d", k);
+        int64_t shape[2] = {O / K, D};
+        ck_assert_int_eq(ddpc_ddp_add_param(d, name, 2, shape, NULL), DDPC_OK);
+    }
+    int64_t bs[1] = {O};
+    ck_assert_int_eq(ddpc_ddp_add_param(d, "b", 1, bs, NULL), DDPC_OK);
+    ck_assert_msg(ddpc_ddp_build(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+    size_t n;
+    init_params(ddpc_ddp_params(d, &n), n, T_rank);
+    ck_assert_int_eq(ddpc_ddp_broadcast_params(d), DDPC_OK);
+    return d;
+}
+
+static ddpc_ddp_config_t small_buckets(void)
+{
+    ddpc_ddp_config_t c = DDPC_DDP_CONFIG_INIT;
+    c.first_bucket_bytes = 512;
+    c.bucket_bytes = 1500;
+    return c;
+}
+
+/* Every rank's arena hashes the same. */
+static void assert_identical_across_ranks(const float *a, size_t n, const char *what, int step)
+{
+    uint64_t h = fnv1a(a, n * sizeof *a), *all = calloc((size_t)T_size, sizeof *all);
+    T_OK(ddpc_allgather(T_comm, &h, all, 1, DDPC_I64));
+    for (int r = 1; r < T_size; r++)
+        ck_assert_msg(all[r] == all[0], "%s differ between rank 0 and rank %d after step %d", what,
+                      r, step);
+    free(all);
+}
+
+/* backward: gradients become ready last parameter first; ranks use
+ * different orders inside that (rank-dependent rotation), which must not
+ * matter. */
+static void backward_ready(ddpc_ddp_t d, int rotate)
+{
+    int np = ddpc_ddp_num_params(d);
+    for (int j = 0; j < np; j++) {
+        int i = np - 1 - (j + rotate) % np;
+        ck_assert_msg(ddpc_ddp_grad_ready(d, i) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+    }
+}
+
+static void check_equivalence(ddpc_optim_type_t type)
+{
+    ddpc_ddp_config_t dc = small_buckets();
+    ddpc_ddp_t d = make_ddp(&dc);
+    ck_assert_int_gt(ddpc_ddp_num_buckets(d), 2);
+    ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
+    oc.type = type;
+    oc.lr = type == DDPC_OPTIM_SGD ? 0.05 : 0.01;
+    oc.momentum = 0.9;
+    oc.weight_decay = 0.01;
+    ddpc_optim_t opt;
+    T_OK(ddpc_optim_create(d, &oc, &opt));
+
+    /* the one-process reference: its own engine state in plain arrays */
+    size_t n;
+    float *p = ddpc_ddp_params(d, &n), *g = ddpc_ddp_grads(d, NULL);
+    float *rp = malloc(n * sizeof *rp), *rg = malloc(n * sizeof *rg);
+    float *rm = calloc(n, sizeof *rm), *rv = calloc(n, sizeof *rv);
+    memcpy(rp, p, n * sizeof *rp);
+    for (int t = 0; t < 6; t++) {
+        T_OK(ddpc_ddp_zero_grad(d));
+        grad_linear(p, g, t, T_rank * B, B, 1.0f);
+        backward_ready(d, T_rank);
+        ck_assert_msg(ddpc_ddp_wait(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+        T_OK(ddpc_optim_step(opt, NULL));
+        assert_identical_across_ranks(p, n, "parameters", t);
+
+        memset(rg, 0, n * sizeof *rg);
+        grad_linear(rp, rg, t, 0, T_size * B, 1.0f);
+        for (size_t i = 0; i < n; i++) { /* PyTorch's rules, in double */
+            double gi = rg[i], pi = rp[i];
+            if (type == DDPC_OPTIM_SGD) {
+                gi += oc.weight_decay * pi;
+                rm[i] = (float)(t == 0 ? gi : oc.momentum * rm[i] + gi);
+                pi -= oc.lr * rm[i];
+            } else {
+                pi *= 1 - oc.lr * oc.weight_decay;
+                rm[i] = (float)(oc.beta1 * rm[i] + (1 - oc.beta1) * gi);
+                rv[i] = (float)(oc.beta2 * rv[i] + (1 - oc.beta2) * gi * gi);
+                double mh = rm[i] / (1 - pow(oc.beta1, t + 1)), vh = rv[i] / (1 - pow(oc.beta2, t + 1));
+                pi -= oc.lr * mh / (sqrt(vh) + oc.eps);
+            }
+            rp[i] = (float)pi;
+        }
+    }
+    double worst = 0;
+    for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double)p[i] - rp[i]));
+    ck_assert_msg(worst < 2e-4, "DDP with %d ranks differs from 1 process on %dx batch by %g",
+                  T_size, T_size, worst);
+    ck_assert_uint_eq(ddpc_optim_steps(opt), 6);
+    free(rp), free(rg), free(rm), free(rv);
+    ddpc_optim_destroy(opt);
+    ddpc_ddp_destroy(d);
+}
+
+START_TEST(equivalence_sgd_momentum) { check_equivalence(DDPC_OPTIM_SGD); }
+END_TEST
+
+START_TEST(equivalence_adamw) { check_equivalence(DDPC_OPTIM_ADAMW); }
+END_TEST
+
+START_TEST(accumulation_without_sync)
+{
+    /* k micro-steps of batch B with loss/k and no sync == one step on k*B */
+    enum { KM = 3 };
+    ddpc_ddp_config_t dc = small_buckets();
+    ddpc_ddp_t d = make_ddp(&dc);
+    size_t n;
+    float *p = ddpc_ddp_params(d, &n), *g = ddpc_ddp_grads(d, NULL);
+    T_OK(ddpc_ddp_zero_grad(d));
+    uint64_t seq0 = ddpc_comm_seq(T_comm);
+    for (int m = 0; m < KM; m++) {
+        T_OK(ddpc_ddp_set_sync(d, m == KM - 1));
+        grad_linear(p, g, 0, (T_rank * KM + m) * B, B, 1.0f / KM);
+        backward_ready(d, 0);
+        if (m < KM - 1)
+            ck_assert_uint_eq(ddpc_comm_seq(T_comm), seq0); /* nothing on the wire */
+        ck_assert_msg(ddpc_ddp_wait(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+    }
+    float *ref = calloc(n, sizeof *ref), *part = calloc(n, sizeof *part);
+    for (int r = 0; r < T_size; r++) { /* the mean over all ranks' k*B samples */
+        memset(part, 0, n * sizeof *part);
+        grad_linear(p, part, 0, r * KM * B, KM * B, 1.0f);
+        for (size_t i = 0; i < n; i++)
+            ref[i] += part[i] / (float)T_size;
+    }
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabsf(g[i] - ref[i]) < 1e-4f, "grad %zu: %g vs %g", i, g[i], ref[i]);
+    free(ref), free(part);
+    ddpc_ddp_destroy(d);
+}
+END_TEST
+
+START_TEST(unused_parameters)
+{
+    ddpc_ddp_config_t dc = small_buckets();
+    dc.find_unused = 1;
+    ddpc_ddp_t d = make_ddp(&dc);
+    size_t n;
+    float *g = ddpc_ddp_grads(d, &n);
+    T_OK(ddpc_ddp_zero_grad(d));
+    for (size_t i = 0; i < n; i++)
+        g[i] = 1.0f;
+    int skip = ddpc_ddp_find_param(d, "w.1");
+    ddpc_param_info_t info;
+    T_OK(ddpc_ddp_param_info(d, skip, &info));
+    memset(g + info.offset, 0, info.numel * sizeof *g); /* never touched in backward */
+    for (int i = ddpc_ddp_num_params(d) - 1; i >= 0; i--)
+        if (i != skip)
+            T_OK(ddpc_ddp_grad_ready(d, i));
+    ck_assert_msg(ddpc_ddp_wait(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+    for (size_t i = 0; i < n; i++)
+        ck_assert_float_eq(g[i], i >= info.offset && i < info.offset + info.numel ? 0.0f : 1.0f);
+    ddpc_ddp_destroy(d);
+}
+END_TEST
+
+START_TEST(missing_gradient_fails_every_rank)
+{
+    ddpc_ddp_config_t dc = small_buckets();
+    ddpc_ddp_t d = make_ddp(&dc);
+    /* rank 0 forgets "b"; the others do everything */
+    for (int i = ddpc_ddp_num_params(d) - 1; i >= 0; i--)
+        if (T_rank != 0 || i != ddpc_ddp_find_param(d, "b"))
+            T_OK(ddpc_ddp_grad_ready(d, i));
+    ddpc_status_t st = ddpc_ddp_wait(d);
+    if (T_rank == 0) {
+        ck_assert_int_eq(st, DDPC_ERR_STATE);
+        ck_assert_msg(strstr(ddpc_ddp_last_error(d), "4 \"b\"") &&
+                          strstr(ddpc_ddp_last_error(d), "find_unused"),
+                      "%s", ddpc_ddp_last_error(d));
+    } else {
+        ck_assert_int_eq(st, DDPC_ERR_REMOTE);
+        ck_assert_ptr_nonnull(strstr(ddpc_ddp_last_error(d), "another rank has 1 parameter"));
+    }
+    /* the engine recovers: the next full step works everywhere */
+    backward_ready(d, 0);
+    ck_assert_msg(ddpc_ddp_wait(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+    ddpc_ddp_destroy(d);
+}
+END_TEST
+
+START_TEST(ready_twice_is_named)
+{
+    ddpc_ddp_t d = make_ddp(NULL);
+    T_OK(ddpc_ddp_grad_ready(d, 2));
+    ck_assert_int_eq(ddpc_ddp_grad_ready(d, 2), DDPC_ERR_STATE);
+    ck_assert_msg(strstr(ddpc_ddp_last_error(d), "parameter 2 \"w.2\" marked ready twice"), "%s",
+                  ddpc_ddp_last_error(d));
+    ck_assert_int_eq(ddpc_ddp_grad_ready(d, 99), DDPC_ERR_INVALID);
+    for (int i = 4; i >= 0; i--)
+        if (i != 2)
+            T_OK(ddpc_ddp_grad_ready(d, i));
+    ck_assert_int_eq(ddpc_ddp_wait(d), DDPC_OK);
+    ddpc_ddp_destroy(d);
+}
+END_TEST
+
+START_TEST(model_mismatch_named_on_every_rank)
+{
+    if (T_size == 1)
+        return;
+    ddpc_ddp_t d;
+    T_OK(ddpc_ddp_create(T_comm, NULL, &d));
+    int64_t a[2] = {10, 20}, b[1] = {10};
+    if (T_rank == T_size - 1)
+        a[1] = 21;
+    ck_assert_int_eq(ddpc_ddp_add_param(d, "fc.weight", 2, a, NULL), DDPC_OK);
+    ck_assert_int_eq(ddpc_ddp_add_param(d, "fc.bias", 1, b, NULL), DDPC_OK);
+    ck_assert_int_eq(ddpc_ddp_build(d), DDPC_ERR_MISMATCH);
+    const char *m = ddpc_ddp_last_error(d);
+    if (T_rank == T_size - 1)
+        ck_assert_msg(strstr(m, "parameter 0 is \"fc.weight\" float32[10, 21] on this rank") &&
+                          strstr(m, "float32[10, 20] on rank 0"), "%s", m);
+    else
+        ck_assert_msg(strstr(m, "differs from rank 0 first at parameter 0 (\"fc.weight\""), "%s", m);
+    ddpc_ddp_destroy(d);
+
+    /* a missing parameter on the last rank */
+    T_OK(ddpc_ddp_create(T_comm, NULL, &d));
+    ck_assert_int_eq(ddpc_ddp_add_param(d, "fc.weight", 2, a, NULL), DDPC_OK);
+    if (T_rank != T_size - 1)
+        ck_assert_int_eq(ddpc_ddp_add_param(d, "fc.bias", 1, b, NULL), DDPC_OK);
+    ck_assert_int_eq(ddpc_ddp_build(d), DDPC_ERR_MISMATCH);
+    ddpc_ddp_destroy(d);
+}
+END_TEST
+
+START_TEST(compressed_bf16_close_and_identical)
+{
+    ddpc_ddp_config_t dc = small_buckets();
+    dc.compress = DDPC_BF16;
+    ddpc_ddp_t d = make_ddp(&dc);
+    size_t n;
+    float *p = ddpc_ddp_params(d, &n), *g = ddpc_ddp_grads(d, NULL);
+    T_OK(ddpc_ddp_zero_grad(d));
+    grad_linear(p, g, 3, T_rank * B, B, 1.0f);
+    backward_ready(d, T_rank);
+    ck_assert_msg(ddpc_ddp_wait(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+    assert_identical_across_ranks(g, n, "compressed gradients", 0);
+    float *ref = calloc(n, sizeof *ref);
+    grad_linear(p, ref, 3, 0, T_size * B, 1.0f);
+    double scale = 0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(ref[i]));
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs(g[i] - ref[i]) <= 0.02 * scale, "grad %zu: %g vs %g", i, g[i], ref[i]);
+    free(ref);
+    ddpc_ddp_destroy(d);
+}
+END_TEST
+
+START_TEST(bucket_plans)
+{
+    /* sizes in floats: tiny ones, a zero-size one, one larger than the cap */
+    static const int64_t sizes[] = {3, 0, 5000, 7, 100, 100, 100, 0, 1, 600};
+    enum { NP = sizeof sizes / sizeof *sizes };
+    ddpc_ddp_config_t c = DDPC_DDP_CONFIG_INIT;
+    c.first_bucket_bytes = 400 * 4;
+    c.bucket_bytes = 1000 * 4;
+    ddpc_ddp_t d;
+    T_OK(ddpc_ddp_create(T_comm, &c, &d));
+    for (int i = 0; i < NP; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "p%d", i);
+        T_OK(ddpc_ddp_add_param(d, name, 1, &sizes[i], NULL));
+    }
+    T_OK(ddpc_ddp_build(d));
+    /* reverse order: {p9 (600 >= 400)}, {p8..p4: 1+0+100+100+100=301, +p3 7, +p2 5000 -> closes},
+       {p1, p0} */
+    ck_assert_int_eq(ddpc_ddp_num_buckets(d), 3);
+    size_t off, cnt, end = 0, total;
+    ddpc_ddp_params(d, &total);
+    int64_t want[3][2] = {{5311, 600}, {3, 5308}, {0, 3}};
+    for (int b = 0; b < 3; b++) {
+        T_OK(ddpc_ddp_bucket(d, b, &off, &cnt));
+        ck_assert_uint_eq(off, (size_t)want[b][0]);
+        ck_assert_uint_eq(cnt, (size_t)want[b][1]);
+        end += cnt;
+    }
+    ck_assert_uint_eq(end, total); /* the buckets tile the arena */
+    ddpc_param_info_t info;
+    T_OK(ddpc_ddp_param_info(d, 2, &info));
+    ck_assert_int_eq(info.bucket, 1);
+    ddpc_ddp_destroy(d);
+
+    /* no parameters at all: build, step and wait still agree across ranks */
+    T_OK(ddpc_ddp_create(T_comm, NULL, &d));
+    T_OK(ddpc_ddp_build(d));
+    ck_assert_int_eq(ddpc_ddp_num_buckets(d), 0);
+    ck_assert_int_eq(ddpc_ddp_wait(d), DDPC_OK);
+    ddpc_ddp_destroy(d);
+}
+END_TEST
+
+START_TEST(clipping_and_loss_scaling)
+{
+    ddpc_ddp_t d = make_ddp(NULL);
+    size_t n;
+    float *p = ddpc_ddp_params(d, &n), *g = ddpc_ddp_grads(d, NULL);
+    float *before = malloc(n * sizeof *before);
+    ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
+    oc.lr = 1.0;
+    oc.clip_norm = 0.5;
+    oc.dynamic_loss_scale = 1;
+    oc.loss_scale = 1024;
+    oc.scale_growth_interval = 2;
+    ddpc_optim_t opt;
+    T_OK(ddpc_optim_create(d, &oc, &opt));
+    /* step 1: an inf on one rank reaches all after the reduction: skipped */
+    T_OK(ddpc_ddp_zero_grad(d));
+    if (T_rank == T_size - 1)
+        g[5] = INFINITY;
+    backward_ready(d, 0);
+    T_OK(ddpc_ddp_wait(d));
+    memcpy(before, p, n * sizeof *p);
+    int stepped = -1;
+    T_OK(ddpc_optim_step(opt, &stepped));
+    ck_assert_int_eq(stepped, 0);
+    ck_assert_double_eq(ddpc_optim_loss_scale(opt), 512);
+    ck_assert_int_eq(memcmp(before, p, n * sizeof *p), 0);
+    /* steps 2, 3: scaled gradient of norm 3 * 512 -> unscaled 3 -> clipped to 0.5 */
+    for (int s = 0; s < 2; s++) {
+        T_OK(ddpc_ddp_zero_grad(d));
+        g[0] = 512.0f * 3.0f;
+        backward_ready(d, 0);
+        T_OK(ddpc_ddp_wait(d));
+        memcpy(before, p, n * sizeof *p);
+        T_OK(ddpc_optim_step(opt, &stepped));
+        ck_assert_int_eq(stepped, 1);
+        ck_assert_double_eq_tol(ddpc_optim_last_grad_norm(opt), 3.0, 1e-6);
+        ck_assert_float_eq_tol(before[0] - p[0], 0.5f, 1e-5f);
+    }
+    ck_assert_double_eq(ddpc_optim_loss_scale(opt), 1024); /* grew after 2 good steps */
+    free(before);
+    ddpc_optim_destroy(opt);
+    ddpc_ddp_destroy(d);
+}
+END_TEST
+
+START_TEST(sgd_nesterov_rule)
+{
+    /* one weight, gradient constant 1: hand-computed with PyTorch's formulas */
+    ddpc_ddp_t d;
+    T_OK(ddpc_ddp_create(T_comm, NULL, &d));
+    int64_t one = 1;
+    T_OK(ddpc_ddp_add_param(d, "w", 1, &one, NULL));
+    T_OK(ddpc_ddp_build(d));
+    ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
+    oc.lr = 0.1;
+    oc.momentum = 0.5;
+    oc.nesterov = 1;
+    ddpc_optim_t opt;
+    T_OK(ddpc_optim_create(d, &oc, &opt));
+    float *p = ddpc_ddp_param(d, 0), *g = ddpc_ddp_grad(d, 0);
+    double w = 0, buf = 0;
+    for (int t = 0; t < 3; t++) {
+        g[0] = 1.0f;
+        T_OK(ddpc_optim_step(opt, NULL));
+        buf = t == 0 ? 1.0 : 0.5 * buf + 1.0;
+        w -= 0.1 * (1.0 + 0.5 * buf);
+        ck_assert_double_eq_tol(p[0], w, 1e-6);
+    }
+    const char *name;
+    ck_assert_ptr_nonnull(ddpc_optim_state(opt, 0, &name));
+    ck_assert_str_eq(name, "momentum_buffer");
+    ck_assert_double_eq_tol(ddpc_optim_state(opt, 0, NULL)[0], buf, 1e-6);
+    oc.nesterov = 1;
+    oc.momentum = 0;
+    ddpc_optim_t bad;
+    ck_assert_int_eq(ddpc_optim_create(d, &oc, &bad), DDPC_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(ddpc_ddp_last_error(d), "nesterov"));
+    ddpc_optim_destroy(opt);
+    ddpc_ddp_destroy(d);
+}
+END_TEST
+
+static Suite *ddp_suite(void)
+{
+    Suite *s = suite_create("ddp");
+    TCase *core = tcase_create("core");
+    tcase_set_timeout(core, 120);
+    tcase_add_test(core, equivalence_sgd_momentum);
+    tcase_add_test(core, equivalence_adamw);
+    tcase_add_test(core, accumulation_without_sync);
+    tcase_add_test(core, unused_parameters);
+    tcase_add_test(core, compressed_bf16_close_and_identical);
+    tcase_add_test(core, clipping_and_loss_scaling);
+    tcase_add_test(core, sgd_nesterov_rule);
+    suite_add_tcase(s, core);
+    TCase *lim = tcase_create("limits");
+    tcase_add_test(lim, bucket_plans);
+    suite_add_tcase(s, lim);
+    TCase *bad = tcase_create("bad input");
+    tcase_add_test(bad, missing_gradient_fails_every_rank);
+    tcase_add_test(bad, ready_twice_is_named);
+    tcase_add_test(bad, model_mismatch_named_on_every_rank);
+    suite_add_tcase(s, bad);
+    return s;
+}
+
+MPI_TEST_MAIN(ddp_suite)
