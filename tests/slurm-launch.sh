@@ -27,6 +27,11 @@ srun_t -N2 -n4 --mpi=pmi2 "$top_builddir/tests/mpi_comm" >"$TMP/comm" 2>&1 \
 grep -q '100%: Checks: 8, Failures: 0, Errors: 0' "$TMP/comm" || { cat "$TMP/comm"; fail "mpi_comm under srun --mpi=pmi2"; }
 echo "ok: srun -N2 -n4 --mpi=pmi2 mpi_comm"
 
+srun_t -N2 -n4 --mpi=pmi2 "$top_builddir/tests/mpi_ddp" >"$TMP/ddp" 2>&1 \
+    || { cat "$TMP/ddp"; fail "srun --mpi=pmi2 mpi_ddp"; }
+grep -q '100%: Checks: 11, Failures: 0, Errors: 0' "$TMP/ddp" || { cat "$TMP/ddp"; fail "mpi_ddp under srun --mpi=pmi2"; }
+echo "ok: srun -N2 -n4 --mpi=pmi2 mpi_ddp (DDP engine across two nodes)"
+
 if [ "$DDPC_MPI_FLAVOR" = mpich ]; then
     expect_fail_msg 'pmix says rank [0-3] of 4 but MPI_COMM_WORLD says rank 0 of 1: this MPI has no PMIx client.*srun --mpi=pmi2' \
         srun_t -N2 -n4 --mpi=pmix "$top_builddir/tests/mpi_comm"
