@@ -13,7 +13,7 @@ for np in 1 2 4; do
     [ "$n" -eq "$np" ] || { cat "$TMP/out"; fail "expected $np lines, got $n"; }
     r=0
     while read -r line; do
-        echo "$line" | grep -Eq "^rank=$r size=$np local_rank=$r local_size=$np node=0 host=$host source=(mpi-env|single) backend=mpi$" \
+        echo "$line" | grep -Eq "^rank=$r size=$np local_rank=$r local_size=$np node=0 host=$host source=(mpi-env|single|pmix) backend=mpi$" \
             || { cat "$TMP/out"; fail "line $r is wrong: $line"; }
         r=$((r + 1))
     done <"$TMP/out"

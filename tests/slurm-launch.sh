@@ -2,7 +2,8 @@
 # slurm-launch.sh: launches on a real Slurm cluster started on this machine
 # (tests/slurm/testbed.sh: munged, slurmctld, two slurmd as nodes n1 and n2).
 #  - srun -N2 -n4 --mpi=pmix ddpc-info: source=pmix, nodes 0 and 1, local ranks 0,1 on each
-#  - srun -N2 -n4 --mpi=pmi2 of the MPI communicator test: passes with 4 ranks
+#  - srun -N2 -n4 of the communicator and DDP tests: pass with 4 ranks, through
+#    --mpi=pmi2 for MPICH (Debian's has no PMIx client) and --mpi=pmix for Open MPI
 #  - srun --mpi=pmix of an MPI program with an MPI that lacks PMIx: one clear error, no hang
 . "$(dirname "$0")/lib.sh"
 . "$top_srcdir/tests/slurm/slurm_env.sh"
@@ -20,17 +21,22 @@ done
 if [ "$DDPC_MPI_FLAVOR" = mpich ]; then
     grep -q 'warning: MPI_COMM_WORLD is 1 rank(s) here, not 4' "$TMP/info" \
         || fail "ddpc-info did not report MPICH's missing PMIx client"
+    PLUGIN=pmi2
+else
+    # an MPI with a PMIx client: srun --mpi=pmix just works
+    [ "$(grep -c 'source=pmix backend=mpi$' "$TMP/info")" -eq 4 ] || fail "expected backend=mpi on 4 ranks"
+    PLUGIN=pmix
 fi
 
-srun_t -N2 -n4 --mpi=pmi2 "$top_builddir/tests/mpi_comm" >"$TMP/comm" 2>&1 \
-    || { cat "$TMP/comm"; fail "srun --mpi=pmi2 mpi_comm"; }
-grep -q '100%: Checks: 8, Failures: 0, Errors: 0' "$TMP/comm" || { cat "$TMP/comm"; fail "mpi_comm under srun --mpi=pmi2"; }
-echo "ok: srun -N2 -n4 --mpi=pmi2 mpi_comm"
+srun_t -N2 -n4 --mpi=$PLUGIN "$top_builddir/tests/mpi_comm" >"$TMP/comm" 2>&1 \
+    || { cat "$TMP/comm"; fail "srun --mpi=$PLUGIN mpi_comm"; }
+grep -q '100%: Checks: 8, Failures: 0, Errors: 0' "$TMP/comm" || { cat "$TMP/comm"; fail "mpi_comm under srun --mpi=$PLUGIN"; }
+echo "ok: srun -N2 -n4 --mpi=$PLUGIN mpi_comm"
 
-srun_t -N2 -n4 --mpi=pmi2 "$top_builddir/tests/mpi_ddp" >"$TMP/ddp" 2>&1 \
-    || { cat "$TMP/ddp"; fail "srun --mpi=pmi2 mpi_ddp"; }
-grep -q '100%: Checks: 11, Failures: 0, Errors: 0' "$TMP/ddp" || { cat "$TMP/ddp"; fail "mpi_ddp under srun --mpi=pmi2"; }
-echo "ok: srun -N2 -n4 --mpi=pmi2 mpi_ddp (DDP engine across two nodes)"
+srun_t -N2 -n4 --mpi=$PLUGIN "$top_builddir/tests/mpi_ddp" >"$TMP/ddp" 2>&1 \
+    || { cat "$TMP/ddp"; fail "srun --mpi=$PLUGIN mpi_ddp"; }
+grep -q '100%: Checks: 11, Failures: 0, Errors: 0' "$TMP/ddp" || { cat "$TMP/ddp"; fail "mpi_ddp under srun --mpi=$PLUGIN"; }
+echo "ok: srun -N2 -n4 --mpi=$PLUGIN mpi_ddp (DDP engine across two nodes)"
 
 if [ "$DDPC_MPI_FLAVOR" = mpich ]; then
     expect_fail_msg 'pmix says rank [0-3] of 4 but MPI_COMM_WORLD says rank 0 of 1: this MPI has no PMIx client.*srun --mpi=pmi2' \
