@@ -192,6 +192,25 @@ START_TEST(late_rank_times_out_with_a_message)
 }
 END_TEST
 
+START_TEST(key_exchange)
+{
+    /* a 128-byte blob (an ncclUniqueId's size) from the last rank to all,
+     * through PMIx under a PMIx server, else MPI; then an allgather */
+    unsigned char blob[128];
+    for (int i = 0; i < 128; i++)
+        blob[i] = T_rank == T_size - 1 ? (unsigned char)(i * 7 + 3) : 0;
+    T_OK(ddpc_kvs_bcast(T_rt, blob, sizeof blob, T_size - 1));
+    for (int i = 0; i < 128; i++)
+        ck_assert_uint_eq(blob[i], (unsigned char)(i * 7 + 3));
+    int32_t mine = 100 + T_rank, *all = calloc((size_t)T_size, sizeof *all);
+    T_OK(ddpc_kvs_allgather(T_rt, &mine, all, sizeof mine));
+    for (int r = 0; r < T_size; r++)
+        ck_assert_int_eq(all[r], 100 + r);
+    free(all);
+    ck_assert_int_eq(ddpc_kvs_bcast(T_rt, blob, sizeof blob, T_size), DDPC_ERR_INVALID);
+}
+END_TEST
+
 static Suite *comm_suite(void)
 {
     Suite *s = suite_create("comm");
@@ -203,6 +222,7 @@ static Suite *comm_suite(void)
     tcase_add_test(core, broadcast_allgather_reduce_scatter_barrier);
     tcase_add_test(core, async_in_order_and_seq);
     tcase_add_test(core, bitwise_identical_on_all_ranks);
+    tcase_add_test(core, key_exchange);
     suite_add_tcase(s, core);
     TCase *bad = tcase_create("bad input");
     tcase_add_test(bad, bad_arguments_named);

@@ -312,9 +312,11 @@ void ddpc_discover_abort(ddpc_t rt, int code, const char *msg)
 
 /* ------------------------------------------------------------------ key exchange */
 
+/* PMIx when the world came from a PMIx server (the launcher's own channel,
+ * usable before and without MPI), else MPI. */
 static int use_mpi_for_kvs(ddpc_t rt)
 {
-    return rt->mpi_world != MPI_COMM_NULL && !(rt->pmix_active && rt->world.mpi_size != rt->world.size);
+    return !rt->pmix_active && rt->mpi_world != MPI_COMM_NULL;
 }
 
 #ifdef DDPC_HAVE_PMIX
