@@ -7,15 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static uint64_t fnv1a(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 START_TEST(allreduce_int_and_double)
 {
     enum { N = 1000 };

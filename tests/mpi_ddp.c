@@ -12,15 +12,6 @@
 
 enum { D = 37, O = 24, K = 4, B = 8 }; /* input, output, weight blocks, per-rank batch */
 
-static uint64_t fnv1a(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 /* deterministic sample s of step t: x (D,), target y (O,) */
 static void sample(int t, int s, float *x, float *y)
 {
