@@ -7,7 +7,8 @@
 #   DDPC_TESTBED_STATE (${TMPDIR:-/tmp}/ddpc-slurm-$PORT), DDPC_TESTBED_MODE
 #   (auto|netns|multi), DDPC_TESTBED_CPUS per node (2), DDPC_TESTBED_CRED_EXPIRE
 #   (5 s; also the delay before a requeued job restarts), DDPC_TESTBED_KEEP=1
-#   (stop keeps the state dir, i.e. the logs).
+#   (stop keeps the state dir, i.e. the logs), DDPC_TESTBED_FORCE=1 (stop even
+#   while a test holds $STATE.lock, see slurm_env.sh).
 # Exit 77 (automake SKIP) when the testbed cannot run here (not root, no Slurm).
 set -uo pipefail
 PATH=$PATH:/usr/sbin:/sbin      # munged, slurmd, slurmctld, ip live there
@@ -34,6 +35,11 @@ pidfiles() { echo "$STATE/munge/munged.pid $STATE/slurmctld.pid"; for n in $NODE
 running() {  # all daemons alive
     local pf
     for pf in $(pidfiles); do alive "$(cat "$pf" 2>/dev/null)" || return 1; done
+}
+# tests (slurm_env.sh) hold $STATE.lock while they use the testbed; by hand,
+# start and stop leave such a testbed alone (they set _DDPC_TESTBED_LOCKED)
+test_holds_lock() {
+    [ -z "${_DDPC_TESTBED_LOCKED:-}" ] && [ -e "$STATE.lock" ] && ! flock -n "$STATE.lock" true
 }
 wait_for() {  # wait_for SECONDS CMD...: poll every 0.1 s
     local i
@@ -173,7 +179,14 @@ cmd_start() {
     for b in munged munge unmunge slurmctld slurmd srun sbatch sinfo squeue scontrol timeout; do
         command -v "$b" >/dev/null || skip "'$b' not found (apt-get install slurm-wlm munge)"
     done
-    if running; then say "already running ($STATE)"; cmd_env; return 0; fi
+    if running; then
+        say "already running ($STATE)"
+        test_holds_lock && say "note: a test is using it and may stop it when it ends"
+        cmd_env; return 0
+    fi
+    if test_holds_lock; then
+        echo "testbed: ERROR: a test holds $STATE.lock (it is starting or stopping the testbed)" >&2; exit 1
+    fi
     [ -e "$STATE" ] && DDPC_TESTBED_KEEP=0 cmd_stop >/dev/null 2>&1   # stale state of a crashed run
     case $MODE in
         auto) if netns_works; then MODE=netns; else MODE=multi; fi ;;
@@ -260,9 +273,14 @@ descendants() { local c; for c in $(ps -o pid= --ppid "$1"); do echo "$c"; desce
 cmd_stop() {
     local pf pid d jobs ns kids comm
     [ -d "$STATE" ] || { say "not running ($STATE absent)"; return 0; }
+    if test_holds_lock && [ "${DDPC_TESTBED_FORCE:-0}" != 1 ]; then
+        echo "testbed: a test is using the testbed ($STATE.lock is held): not stopped" \
+             "(DDPC_TESTBED_FORCE=1 stops it anyway)" >&2
+        return 1
+    fi
     export SLURM_CONF=$CONF
-    # 1. cancel jobs while slurmctld is up, so that slurmstepd clean up
-    if alive "$(cat "$STATE/slurmctld.pid" 2>/dev/null)"; then
+    # 1. cancel jobs while slurmctld (and munged) are up, so slurmstepd clean up
+    if alive "$(cat "$STATE/slurmctld.pid" 2>/dev/null)" && alive "$(cat "$STATE/munge/munged.pid" 2>/dev/null)"; then
         jobs=$(timeout 5 squeue -h -o %i 2>/dev/null)
         if [ -n "$jobs" ]; then
             # shellcheck disable=SC2086
@@ -310,6 +328,7 @@ cmd_status() {
         printf '  %-12s %-7s %s\n' "$(basename "$pf" .pid)" "${pid:--}" "$st"
     done
     running || { echo "not running"; return 3; }
+    if test_holds_lock; then echo "in use by a test ($STATE.lock is held)"; fi
     SLURM_CONF=$CONF timeout 5 sinfo -N -o '%N %P %T %c'
 }
 
