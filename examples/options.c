@@ -112,16 +112,17 @@ static int get_int(const char *opt, const char *v, int lo, int hi, int *out, cha
     return 0;
 }
 
-/* strict finite number in [lo, hi] (hi_open: [lo, hi)) */
-static int get_double(const char *opt, const char *v, double lo, double hi, int hi_open,
-                      double *out, char *err, size_t n)
+/* strict finite number in [lo, hi]; lo_open: (lo, ...; hi_open: ..., hi) */
+static int get_double(const char *opt, const char *v, double lo, int lo_open, double hi,
+                      int hi_open, double *out, char *err, size_t n)
 {
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (!*v || *end || errno || !isfinite(x) || x < lo || x > hi || (hi_open && x == hi))
-        return bad(err, n, "%s \"%s\": expected a number in [%g, %g%s", opt, v, lo, hi,
-                   hi_open ? ")" : "]");
+    if (!*v || *end || errno || !isfinite(x) || x < lo || x > hi || (lo_open && x == lo) ||
+        (hi_open && x == hi))
+        return bad(err, n, "%s \"%s\": expected a number in %s%g, %g%s", opt, v,
+                   lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
     *out = x;
     return 0;
 }
@@ -229,18 +230,16 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
             else
                 return bad(err, n, "--optimizer \"%s\": expected sgd or adamw", v);
         } else if (!strcmp(name, "--lr")) {
-            rc = get_double(name, v, 0, 1e6, 0, &o->lr, err, n);
-            if (!rc && o->lr <= 0)
-                return bad(err, n, "--lr \"%s\": expected a number > 0", v);
+            rc = get_double(name, v, 0, 1, 1e6, 0, &o->lr, err, n);
         } else if (!strcmp(name, "--momentum")) {
-            rc = get_double(name, v, 0, 1, 1, &o->momentum, err, n);
+            rc = get_double(name, v, 0, 0, 1, 1, &o->momentum, err, n);
         } else if (!strcmp(name, "--weight-decay")) {
-            rc = get_double(name, v, 0, 1e6, 0, &o->weight_decay, err, n);
+            rc = get_double(name, v, 0, 0, 1e6, 0, &o->weight_decay, err, n);
             wd_given = 1;
         } else if (!strcmp(name, "--grad-accum")) {
             rc = get_int(name, v, 1, 1 << 20, &o->grad_accum, err, n);
         } else if (!strcmp(name, "--clip")) {
-            rc = get_double(name, v, 0, 1e30, 0, &o->clip, err, n);
+            rc = get_double(name, v, 0, 0, 1e30, 0, &o->clip, err, n);
         } else if (!strcmp(name, "--seed")) {
             rc = get_i64(name, v, 0, INT64_MAX, &x, err, n);
             o->seed = (uint64_t)x;

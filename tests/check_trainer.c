@@ -107,7 +107,7 @@ START_TEST(options_errors)
     PARSE_BAD("--batch-size \"-4\"", "integer", "--batch-size", "-4");
     PARSE_BAD("--batch-size \"12x\"", "integer", "--batch-size=12x");
     PARSE_BAD("--lr \"fast\"", "number", "--lr", "fast");
-    PARSE_BAD("--lr \"0\"", "> 0", "--lr", "0");
+    PARSE_BAD("--lr \"0\"", "(0, 1e+06]", "--lr", "0");
     PARSE_BAD("--lr \"nan\"", "number", "--lr", "nan");
     PARSE_BAD("--momentum \"1\"", "[0, 1)", "--momentum", "1");
     PARSE_BAD("--model \"cnn\"", "linear or mlp", "--model", "cnn");
