@@ -56,11 +56,12 @@ typedef struct model model_t; /* a device's activations and workspace */
  * (B, inputs) float32 row-major, labels y are (B,) in [0, classes). */
 typedef struct {
     const char *name; /* "cpu" */
-    /* Workspace for batches of up to max_batch samples. params and grads are
+    /* Workspace for batches of up to max_batch samples on device `device`
+     * (the GPU index gpu_select chose; -1 for the cpu). params and grads are
      * the engine's arenas, laid out as model_param_desc says; the model reads
      * params and accumulates into grads. NULL with a message in err. */
-    model_t *(*create)(const model_spec_t *s, int max_batch, float *params, float *grads,
-                       char *err, size_t errlen);
+    model_t *(*create)(const model_spec_t *s, int device, int max_batch, float *params,
+                       float *grads, char *err, size_t errlen);
     void (*destroy)(model_t *m);
     /* Forward B samples; returns the mean loss over them and sets *correct
      * (may be NULL) to the number whose argmax equals the label. Keeps what
@@ -75,5 +76,9 @@ typedef struct {
 } model_ops_t;
 
 extern const model_ops_t model_cpu_ops;
+#ifdef TRAINER_HAVE_CUDA_MODEL
+extern const model_ops_t model_cuda_ops; /* model_cuda.cu, with the GPU work */
+int model_cuda_device_count(void);       /* CUDA devices visible, 0 on error */
+#endif
 
 #endif /* TRAINER_MODEL_H */

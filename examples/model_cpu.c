@@ -41,8 +41,8 @@ static void cpu_destroy(model_t *m)
     free(m);
 }
 
-static model_t *cpu_create(const model_spec_t *s, int max_batch, float *params, float *grads,
-                           char *err, size_t errlen)
+static model_t *cpu_create(const model_spec_t *s, int device, int max_batch, float *params,
+                           float *grads, char *err, size_t errlen)
 {
     if (max_batch < 1 || s->nhidden < 0 || s->nhidden > MODEL_MAX_HIDDEN) {
         snprintf(err, errlen, "model: batch %d or %d hidden layers out of range", max_batch,

@@ -167,7 +167,7 @@ static void gradcheck(const model_spec_t *s, int B)
     for (int i = 0; i < B; i++)
         y[i] = i % s->classes;
     char err[128];
-    model_t *m = model_cpu_ops.create(s, B, params, grads, err, sizeof err);
+    model_t *m = model_cpu_ops.create(s, -1, B, params, grads, err, sizeof err);
     ck_assert_msg(m != NULL, "%s", err);
     ready_log_t rl = {{0}, 0};
     model_cpu_ops.forward(m, x, y, B, NULL);
@@ -242,7 +242,7 @@ START_TEST(model_layout)
     float *p = calloc(model_param_count(&l), sizeof(float)), *g = calloc(7850, sizeof(float));
     float x[784] = {0};
     int y = 3, correct = -1;
-    model_t *m = model_cpu_ops.create(&l, 1, p, g, d, sizeof d);
+    model_t *m = model_cpu_ops.create(&l, -1, 1, p, g, d, sizeof d);
     ck_assert_double_eq_tol(model_cpu_ops.forward(m, x, &y, 1, &correct), log(10.0), 1e-6);
     ck_assert_int_eq(correct, 0);
     model_cpu_ops.destroy(m);
