@@ -15,3 +15,6 @@ slurm/ddpc.lua: $(srcdir)/slurm/ddpc.lua.in Makefile
 	    -e 's|@includedir[@]|$(includedir)|g' -e 's|@mandir[@]|$(mandir)|g' \
 	    -e 's|@docdir[@]|$(docdir)|g' -e 's|@modulefilesdir[@]|$(modulefilesdir)|g' -e 's|@slurmdir[@]|$(slurmdir)|g' \
 	    $(srcdir)/slurm/ddpc.lua.in >$@.tmp && mv $@.tmp $@
+
+TESTS += tests/modulefile.sh
+dist_check_SCRIPTS += tests/modulefile.sh
