@@ -8,7 +8,10 @@
 ROOT="$TMP/root"
 make -s -C "$top_builddir" install DESTDIR="$ROOT" >"$TMP/install.log" 2>&1 \
     || { tail -20 "$TMP/install.log"; fail "make install"; }
-mkvar() { printf 'ddpc-print-%%:\n\t@echo $($*)\n' | make -s -C "$top_builddir" -f Makefile -f - "ddpc-print-$1"; }
+mkvar() { # the value of a make variable of this build
+    printf 'ddpc-print-%%:\n\t@echo $($*)\n' | env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+        make -s --no-print-directory -C "$top_builddir" -f Makefile -f - "ddpc-print-$1"
+}
 prefix=$(mkvar prefix) bindir=$(mkvar bindir) libdir=$(mkvar libdir)
 includedir=$(mkvar includedir) mandir=$(mkvar mandir) datadir=$(mkvar datadir)
 pkgdatadir=$(mkvar pkgdatadir)
