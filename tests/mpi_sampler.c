@@ -1,12 +1,17 @@
 /* mpi_sampler.c: the sampler and the loader under real MPI ranks. Each rank
  * draws its own shard; ddpc_allgather brings all shards to every rank, which
  * checks that they are disjoint (padding aside) and cover the dataset, that
- * all ranks saved the same state, and that a resume continues exactly. */
-#include "ddpc_sampler.h"
+ * all ranks saved the same state, and that a resume continues exactly.
+ * With --fmnist DIR, each rank loads Fashion-MNIST and the ranks' label
+ * histograms must add up to the dataset's (exit 77 when DIR lacks it). */
+#include "ddpc_data.h"
 #include "quiet_assert.h"
 #include "mpitest.h"
 
 #include <string.h>
+#include <unistd.h>
+
+static const char *fmnist_dir; /* --fmnist DIR */
 
 /* Draw this rank's whole pass (or max_batches); returns the count. */
 static size_t draw(ddpc_sampler_t s, size_t max_batches, int64_t *out)
@@ -114,15 +119,65 @@ START_TEST(same_state_on_every_rank_and_exact_resume)
 }
 END_TEST
 
+START_TEST(fmnist_loader_on_every_rank)
+{
+    char im[1024], lb[1024];
+    T_OK(ddpc_idx_default_paths(fmnist_dir, "train", im, lb, sizeof im));
+    ddpc_idx_config_t ic = DDPC_IDX_CONFIG_INIT;
+    ic.rank = T_rank;
+    ic.world = T_size;
+    ddpc_idx_t ds;
+    ddpc_status_t st = ddpc_idx_open(im, lb, &ic, &ds);
+    ck_assert_msg(st == DDPC_OK, "%s", ddpc_idx_last_error(ds));
+    ddpc_sampler_t s;
+    ck_assert_int_eq(ddpc_sampler_create(ddpc_idx_count(ds), T_rank, T_size, 128, NULL, &s),
+                     DDPC_OK);
+    ddpc_loader_t ld;
+    ck_assert_int_eq(ddpc_loader_create(ds, s, NULL, &ld), DDPC_OK);
+    int64_t hist[10] = {0}, sum[10];
+    ddpc_batch_t b;
+    while (ddpc_loader_next(ld, &b) == DDPC_OK && b.n)
+        for (size_t i = 0; i < b.n; i++)
+            hist[b.y[i]]++;
+    T_OK(ddpc_allreduce(T_comm, hist, sum, 10, DDPC_I64, DDPC_SUM));
+    for (int c = 0; c < 10; c++) /* 60000 divides by 1, 2, 3, 4, 5, 6, 8: no padding */
+        ck_assert_int_eq(sum[c], 6000);
+    ddpc_loader_destroy(ld);
+    ddpc_sampler_destroy(s);
+    ddpc_idx_close(ds);
+}
+END_TEST
+
 static Suite *sampler_mpi_suite(void)
 {
     Suite *s = suite_create("sampler-mpi");
     TCase *tc = tcase_create("sampler");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, shards_are_disjoint_and_cover);
-    tcase_add_test(tc, same_state_on_every_rank_and_exact_resume);
+    if (fmnist_dir) {
+        tcase_add_test(tc, fmnist_loader_on_every_rank);
+    } else {
+        tcase_add_test(tc, shards_are_disjoint_and_cover);
+        tcase_add_test(tc, same_state_on_every_rank_and_exact_resume);
+    }
     suite_add_tcase(s, tc);
     return s;
 }
 
+/* MPI_TEST_MAIN's main, after the --fmnist argument and its skip. */
+#define main mpi_test_main
 MPI_TEST_MAIN(sampler_mpi_suite)
+#undef main
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--fmnist") == 0) {
+        fmnist_dir = argv[2];
+        char im[1024], lb[1024];
+        ddpc_idx_default_paths(fmnist_dir, "train", im, lb, sizeof im);
+        if (access(im, R_OK) != 0) {
+            printf("SKIP: Fashion-MNIST not found (%s)\n", im);
+            return 77;
+        }
+    }
+    return mpi_test_main(argc, argv);
+}
