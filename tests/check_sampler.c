@@ -532,6 +532,10 @@ START_TEST(bad_create)
     ddpc_sampler_destroy(s);
     ck_assert_int_eq(ddpc_sampler_create(0, 0, 1, 1, NULL, &s), DDPC_ERR_INVALID);
     ddpc_sampler_destroy(s);
+    ck_assert_int_eq(ddpc_sampler_create(SIZE_MAX / 4, 0, 1, 1, NULL, &s), DDPC_ERR_NOMEM);
+    ck_assert_msg(strstr(ddpc_sampler_last_error(s), "cannot allocate the permutation"), "%s",
+                  ddpc_sampler_last_error(s));
+    ddpc_sampler_destroy(s);
     ck_assert_int_eq(ddpc_sampler_create(10, 0, 1, 1, NULL, NULL), DDPC_ERR_INVALID);
     ddpc_sampler_destroy(NULL);
 }

@@ -7,6 +7,7 @@
 #include "internal.h"
 #include "local.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +90,9 @@ ddpc_status_t ddpc_sampler_create(size_t dataset_size, int rank, int world, size
                     "dataset of %zu samples is smaller than the world size %d: every rank needs "
                     "at least one sample (use fewer ranks or a larger dataset)",
                     dataset_size, world);
-    s->perm = malloc(dataset_size * sizeof *s->perm);
+    s->perm = dataset_size <= SIZE_MAX / sizeof *s->perm
+                  ? malloc(dataset_size * sizeof *s->perm) /* (N,) indices */
+                  : NULL;
     if (!s->perm)
         return fail(s, DDPC_ERR_NOMEM, "cannot allocate the permutation of %zu samples",
                     dataset_size);
