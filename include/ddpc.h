@@ -1,10 +1,13 @@
 /* ddpc.h: everything a training program needs from ddpc: the runtime core,
- * the communicator, the DDP engine and optimizers. Include only this. */
+ * the communicator, the DDP engine and optimizers, the sampler and the data
+ * loader. Include only this. */
 #ifndef DDPC_H
 #define DDPC_H
 
 #include "ddpc_core.h"
 #include "ddpc_comm.h"
 #include "ddpc_ddp.h"
+#include "ddpc_sampler.h"
+#include "ddpc_data.h"
 
 #endif /* DDPC_H */
