@@ -1,10 +1,12 @@
 /* ddpc.h: everything a training program needs from ddpc: the runtime core,
- * the communicator, the DDP engine and optimizers. Include only this. */
+ * the communicator, the DDP engine and optimizers, checkpoints. Include only
+ * this. */
 #ifndef DDPC_H
 #define DDPC_H
 
 #include "ddpc_core.h"
 #include "ddpc_comm.h"
 #include "ddpc_ddp.h"
+#include "ddpc_ckpt.h"
 
 #endif /* DDPC_H */

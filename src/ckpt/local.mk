@@ -1,1 +1,16 @@
-# src/ckpt: fragment of the top Makefile.am (sources, programs, tests of this part)
+# src/ckpt: HDF5 checkpoints (rank 0 writes, load on rank 0 and broadcast).
+include_HEADERS += include/ddpc_ckpt.h
+libddpc_la_SOURCES += src/ckpt/ckpt_internal.h src/ckpt/ckpt.c src/ckpt/h5.c src/ckpt/write.c \
+	src/ckpt/load.c
+dist_doc_DATA += doc/checkpoint.md
+
+if HAVE_CHECK
+check_PROGRAMS += tests/mpi_ckpt
+tests_mpi_ckpt_SOURCES = tests/mpi_ckpt.c tests/mpitest.h
+tests_mpi_ckpt_CPPFLAGS = $(AM_CPPFLAGS) $(HDF5_CFLAGS)
+tests_mpi_ckpt_CFLAGS = $(DDPC_TEST_CF)
+tests_mpi_ckpt_LDFLAGS = $(DDPC_TEST_LD)
+tests_mpi_ckpt_LDADD = $(DDPC_TEST_LIBS) $(HDF5_LIBS)
+TESTS += tests/ckpt.mpi
+endif
+dist_check_DATA += tests/ckpt.mpi
