@@ -28,7 +28,7 @@ typedef struct ddpc_ckpt *ddpc_ckpt_t;
  * Initialize with DDPC_CKPT_CONFIG_INIT. Append-only. */
 typedef struct {
     const char *dir;    /* DDPC_CKPT_DIR: the checkpoint directory (copied);
-                           rank 0 creates it (one level) on the first save */
+                           rank 0 creates it and its parents on the first save */
     int keep;           /* DDPC_CKPT_KEEP: newest checkpoints kept, 0 = all */
     int async;          /* DDPC_CKPT_ASYNC=0|1: save snapshots to host memory and
                            writes in a background thread */

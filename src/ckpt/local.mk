@@ -14,3 +14,11 @@ tests_mpi_ckpt_LDADD = $(DDPC_TEST_LIBS) $(HDF5_LIBS)
 TESTS += tests/ckpt.mpi
 endif
 dist_check_DATA += tests/ckpt.mpi
+
+# the training program of the restart scripts (no Check needed)
+check_PROGRAMS += tests/mpi_ckpt_train
+tests_mpi_ckpt_train_SOURCES = tests/mpi_ckpt_train.c
+tests_mpi_ckpt_train_LDFLAGS = $(DDPC_TEST_LD)
+tests_mpi_ckpt_train_LDADD = libddpc.la
+TESTS += tests/ckpt-resume.sh
+dist_check_SCRIPTS += tests/ckpt-resume.sh

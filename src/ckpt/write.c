@@ -128,6 +128,22 @@ static void retain(ck_job_t *j)
     free(e);
 }
 
+/* mkdir -p */
+static int make_dirs(const char *dir)
+{
+    char p[CK_DIR_MAX];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1;; s++)
+        if (*s == '/' || !*s) {
+            char c = *s;
+            *s = 0;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST)
+                return -1;
+            if (!(*s = c))
+                return 0;
+        }
+}
+
 static int fsync_path(const char *path, int flags)
 {
     int fd = open(path, flags);
@@ -327,7 +343,7 @@ ddpc_status_t ck_write(ck_job_t *j)
 {
     j->st = DDPC_OK;
     j->err[0] = 0;
-    if (mkdir(j->dir, 0777) != 0 && errno != EEXIST)
+    if (make_dirs(j->dir) != 0)
         return jerr(j, DDPC_ERR_IO, "cannot create the checkpoint directory %s: %s", j->dir,
                     strerror(errno));
     remove_stale_tmp(j->dir);
