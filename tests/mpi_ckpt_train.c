@@ -62,7 +62,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
+        h = (h ^ b[i]) * 0x100000001b3ull;
     return h;
 }
 
@@ -71,7 +71,7 @@ static uint64_t state_hash(ddpc_ddp_t ddp, ddpc_optim_t opt)
 {
     size_t n;
     const float *p = ddpc_ddp_params(ddp, &n);
-    uint64_t h = fnv(1469598103934665603ull, p, n * sizeof(float));
+    uint64_t h = fnv(0xcbf29ce484222325ull, p, n * sizeof(float));
     for (int k = 0; k < ddpc_optim_num_states(opt); k++)
         h = fnv(h, ddpc_optim_state(opt, k, NULL), n * sizeof(float));
     uint64_t s = ddpc_optim_steps(opt);

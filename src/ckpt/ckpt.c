@@ -197,7 +197,7 @@ static void fnv(uint64_t *h, const void *p, size_t n)
 {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++)
-        *h = (*h ^ b[i]) * 1099511628211ull;
+        *h = (*h ^ b[i]) * 0x100000001b3ull;
 }
 
 static void fnv_u64(uint64_t *h, uint64_t v) /* as 8 little-endian bytes */
@@ -208,7 +208,7 @@ static void fnv_u64(uint64_t *h, uint64_t v) /* as 8 little-endian bytes */
 
 uint64_t ck_model_fingerprint(ddpc_ddp_t ddp)
 {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 0xcbf29ce484222325ull;
     ddpc_param_info_t p;
     for (int i = 0; ddpc_ddp_param_info(ddp, i, &p) == DDPC_OK; i++) {
         const char *dt = ddpc_dtype_name(p.dtype);

@@ -13,10 +13,19 @@ static H5E_auto2_t saved_fn;
 static void *saved_data;
 static char first_msg[512]; /* the first failure since the last ck_h5_msg */
 
+/* The innermost description; of a failed system call only its message
+ * ("... errno = 28, error message = 'No space left on device', ..."). */
 static herr_t innermost(unsigned n, const H5E_error2_t *e, void *buf)
 {
-    if (e->desc && *e->desc)
-        snprintf(buf, sizeof first_msg, "%s (in %s)", e->desc, e->func_name ? e->func_name : "?");
+    const char *d = e->desc ? e->desc : "", *m = strstr(d, "error message = '");
+    const char *fn = e->func_name ? e->func_name : "?";
+    if (m)
+        snprintf(buf, sizeof first_msg, "%.*s (in %s)", (int)strcspn(m + 17, "'"), m + 17, fn);
+    else if (*d)
+        snprintf(buf, sizeof first_msg, "%s (in %s)", d, fn);
+    for (char *c = buf; *c; c++)
+        if (*c == '\n')
+            *c = ' ';
     return 0;
 }
 

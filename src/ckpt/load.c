@@ -427,11 +427,11 @@ static ddpc_status_t stream(ddpc_ckpt_t ck, r0_t *r, const ck_item_t *items, int
  * this covers the optimizer's presence and the user tensors). */
 static ddpc_status_t agree_items(ddpc_ckpt_t ck, const ck_item_t *items, int n, ddpc_status_t st)
 {
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)st, *all = calloc((size_t)ck->size, sizeof *all);
+    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)st, *all = calloc((size_t)ck->size, sizeof *all);
     for (int i = 0; i < n; i++) {
         for (const char *s = items[i].path; *s; s++)
-            h = (h ^ (unsigned char)*s) * 1099511628211ull;
-        h = (h ^ items[i].numel) * 1099511628211ull;
+            h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+        h = (h ^ items[i].numel) * 0x100000001b3ull;
     }
     if (!all)
         return ck_err(ck, DDPC_ERR_NOMEM, "cannot allocate");

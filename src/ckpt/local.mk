@@ -20,5 +20,6 @@ check_PROGRAMS += tests/mpi_ckpt_train
 tests_mpi_ckpt_train_SOURCES = tests/mpi_ckpt_train.c
 tests_mpi_ckpt_train_LDFLAGS = $(DDPC_TEST_LD)
 tests_mpi_ckpt_train_LDADD = libddpc.la
-TESTS += tests/ckpt-resume.sh
-dist_check_SCRIPTS += tests/ckpt-resume.sh
+TESTS += tests/ckpt-resume.sh tests/ckpt-interop.sh tests/ckpt-faults.sh tests/ckpt-full.sh
+dist_check_SCRIPTS += tests/ckpt-resume.sh tests/ckpt-interop.sh tests/ckpt-faults.sh \
+	tests/ckpt-full.sh

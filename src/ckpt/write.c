@@ -137,8 +137,12 @@ static int make_dirs(const char *dir)
         if (*s == '/' || !*s) {
             char c = *s;
             *s = 0;
-            if (mkdir(p, 0777) != 0 && errno != EEXIST)
-                return -1;
+            struct stat sb;
+            int e = mkdir(p, 0777) == 0 ? 0 : errno; /* EEXIST, or EROFS for an existing one */
+            if (e && stat(p, &sb) != 0)
+                return errno = e, -1;
+            if (e && !S_ISDIR(sb.st_mode))
+                return errno = ENOTDIR, -1;
             if (!(*s = c))
                 return 0;
         }
