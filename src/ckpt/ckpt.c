@@ -243,6 +243,8 @@ ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *npar
             memcpy(it[k].shape, p.shape, sizeof it->shape);
             it[k].numel = p.numel;
             it[k].data = arena + p.offset;
+            it[k].run = s + 1;
+            it[k].pos = p.offset;
         }
     }
     for (int u = 0; u < ck->nuser; u++, k++) {
@@ -251,6 +253,7 @@ ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *npar
         it[k].shape[0] = (int64_t)ck->user[u].numel;
         it[k].numel = ck->user[u].numel;
         it[k].data = ck->user[u].data;
+        it[k].run = ns + 1 + u;
     }
     *items = it;
     *nitems = n;

@@ -19,7 +19,7 @@
 #define CK_MAX_ATTRS 64
 #define CK_ATTR_NAME 64
 #define CK_ATTR_STR 1024
-#define CK_WRITE_PIECE ((size_t)8 << 20) /* bytes per write: the CRC's input is still cached */
+#define CK_PIECE ((size_t)8 << 20) /* bytes per HDF5 read or write: the CRC's input is still cached */
 
 /* A user attribute: a double or a string. */
 typedef struct {
@@ -31,13 +31,17 @@ typedef struct {
 
 /* One dataset of the file: a parameter (/model/<name>), an optimizer state
  * (/optim/<state>/<name>) or a user tensor (/user/<name>); float32, stored
- * with its shape, row-major. data: where save reads and load writes. */
+ * with its shape, row-major. data: where save reads and load writes; it is
+ * element pos of arena number run (the same numbers on every rank), so
+ * items that follow each other in a run are contiguous in memory. */
 typedef struct {
     char path[CK_DSET_MAX];
     int ndim;
     int64_t shape[8];
     size_t numel;
     float *data;
+    int run;
+    size_t pos;
 } ck_item_t;
 
 /* Everything one save writes, owned by the writer (the background thread
@@ -113,6 +117,9 @@ void ck_join(ddpc_ckpt_t ck);
 ddpc_status_t ck_write(ck_job_t *job);
 /* The checkpoint files of dir, newest (highest step) first; *paths malloc'ed. */
 int ck_list(const char *dir, char (**paths)[CK_FILE_MAX]);
+
+/* crc.c: zlib's crc32(crc, buf, len), with carry-less multiplies where the CPU has them. */
+uint32_t ck_crc32(uint32_t crc, const void *buf, size_t len);
 
 /* h5.c: HDF5 from one thread at a time, with its error printing off. */
 void ck_h5_enter(void);

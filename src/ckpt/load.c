@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
 /* Rank 0 -> every rank, once per candidate file. */
 typedef struct {
@@ -334,7 +333,7 @@ static void next_candidate(ddpc_ckpt_t ck, r0_t *r, const ck_item_t *items, int 
 /* Rank 0: read piece p of the open dataset into the item's memory, check
  * the CRC after the last piece. */
 static ddpc_status_t read_piece(ddpc_ckpt_t ck, r0_t *r, hid_t ds, const ck_piece_t *p, int last,
-                                uLong *crc, uint32_t want, haddr_t addr, size_t chunk)
+                                uint32_t *crc, uint32_t want, haddr_t addr, size_t chunk)
 {
     char h5[512];
     const ck_item_t *it = p->it;
@@ -351,11 +350,11 @@ static ddpc_status_t read_piece(ddpc_ckpt_t ck, r0_t *r, hid_t ds, const ck_piec
         if (rc < 0)
             return ck_err(ck, DDPC_ERR_FORMAT, "cannot read %s from %s: %s", it->path,
                           r->cands[r->next - 1], ck_h5_msg(h5, sizeof h5));
-        *crc = crc32_z(*crc, (const Bytef *)(it->data + p->off), p->n * sizeof(float));
+        *crc = ck_crc32(*crc, it->data + p->off, p->n * sizeof(float));
     }
-    if (last && (uint32_t)*crc != want)
+    if (last && *crc != want)
         return ck_err(ck, DDPC_ERR_FORMAT, "%s in %s is corrupt: its CRC-32 is %08x, the file "
-                      "recorded %08x", it->path, r->cands[r->next - 1], (unsigned)*crc, (unsigned)want);
+                      "recorded %08x", it->path, r->cands[r->next - 1], *crc, want);
     return DDPC_OK;
 }
 
@@ -370,55 +369,98 @@ static ddpc_status_t share_error(ddpc_ckpt_t ck, ddpc_status_t st)
     return cst;
 }
 
-/* Rank 0 reads, everyone receives: per piece a ctl_t, then the floats.
- * *retry: rank 0 found the file bad and moves on to the previous one. */
+/* Consecutive pieces of one arena, at most chunk floats, broadcast at once
+ * (a ctl_t, then the floats): few broadcasts, each large. Rank 0 sends a
+ * window asynchronously and reads the next one meanwhile. */
+typedef struct {
+    float *data;               /* its start in this rank's memory */
+    size_t n;                  /* floats */
+    int run;                   /* the arena (ck_item_t.run) */
+    size_t end;                /* position in the arena just past it */
+    ctl_t ctl, sent;           /* rank 0: status so far; what was sent */
+    ddpc_work_t w_ctl, w_data; /* rank 0: broadcasts in flight */
+} window_t;
+
+/* Rank 0: wait for the previous window's broadcasts. */
+static ddpc_status_t settle(window_t *w)
+{
+    ddpc_status_t a = w->w_ctl ? ddpc_work_wait(w->w_ctl, -1) : DDPC_OK;
+    ddpc_status_t b = w->w_data ? ddpc_work_wait(w->w_data, -1) : DDPC_OK;
+    w->w_ctl = w->w_data = NULL;
+    return a ? a : b;
+}
+
+/* Send (rank 0) or receive the window; rank 0's status on every rank. */
+static ddpc_status_t flush(ddpc_ckpt_t ck, const r0_t *r, window_t *w)
+{
+    ddpc_status_t st = settle(w);
+    if (ck->rank == 0) {
+        w->ctl.retry = w->ctl.status == DDPC_ERR_FORMAT && !r->want;
+        w->sent = w->ctl;
+        if (!st)
+            st = ddpc_ibroadcast(ck->comm, &w->sent, sizeof w->sent, DDPC_U8, 0, &w->w_ctl);
+        if (!st && w->sent.status == DDPC_OK && w->n)
+            st = ddpc_ibroadcast(ck->comm, w->data, w->n, DDPC_F32, 0, &w->w_data);
+    } else {
+        st = ddpc_broadcast(ck->comm, &w->sent, sizeof w->sent, DDPC_U8, 0);
+        if (!st && w->sent.status == DDPC_OK && w->n)
+            st = ddpc_broadcast(ck->comm, w->data, w->n, DDPC_F32, 0);
+    }
+    if (!st && w->sent.status != DDPC_OK && !(st = share_error(ck, (ddpc_status_t)w->sent.status)))
+        return (ddpc_status_t)w->sent.status;
+    w->n = 0;
+    return st ? ck_err(ck, st, "broadcasting the checkpoint: %s", ddpc_last_error(ck->rt)) : DDPC_OK;
+}
+
+/* Rank 0 reads, everyone receives, window by window. *retry: rank 0 found
+ * the file bad and moves on to the previous one. */
 static ddpc_status_t stream(ddpc_ckpt_t ck, r0_t *r, const ck_item_t *items, int nitems,
                             size_t chunk, int *retry)
 {
     char h5[512];
-    *retry = 0;
-    for (int i = 0; i < nitems; i++) {
+    window_t w = {0};
+    ddpc_status_t st = DDPC_OK;
+    for (int i = 0; st == DDPC_OK && i < nitems; i++) {
         const ck_item_t *it = &items[i];
         hid_t ds = -1;
         uint32_t want = 0;
-        uLong crc = crc32(0, NULL, 0);
+        uint32_t crc = 0;
         haddr_t addr = HADDR_UNDEF;
-        ctl_t c = {DDPC_OK, 0};
-        if (ck->rank == 0) {
+        if (ck->rank == 0 && w.ctl.status == DDPC_OK) {
             ds = H5Dopen2(r->f, it->path, H5P_DEFAULT);
             if (ds < 0 || ck_attr_get(ds, "crc32", H5T_NATIVE_UINT32, &want) < 0)
-                c.status = ck_err(ck, DDPC_ERR_FORMAT, "cannot read %s (or its crc32) from %s: %s",
-                                  it->path, r->cands[r->next - 1], ck_h5_msg(h5, sizeof h5));
+                w.ctl.status = ck_err(ck, DDPC_ERR_FORMAT, "cannot read %s (or its crc32) from %s: %s",
+                                      it->path, r->cands[r->next - 1], ck_h5_msg(h5, sizeof h5));
             else
                 addr = H5Dget_offset(ds);
         }
         ck_piece_t p, nx;
-        int more = ck_piece_first(&p, it, chunk); /* 0: empty; still one (empty) piece */
-        for (int last = 0; !last; p = nx) {
+        /* 0: empty; still one (empty) piece */
+        int more = ck_piece_first(&p, it, chunk < CK_PIECE / sizeof(float) ? chunk : CK_PIECE / sizeof(float));
+        for (int last = 0; st == DDPC_OK && !last; p = nx) {
             nx = p;
             last = !more || !ck_piece_next(&nx);
-            if (ck->rank == 0 && c.status == DDPC_OK)
-                c.status = read_piece(ck, r, ds, &p, last, &crc, want, addr, chunk);
-            if (ck->rank == 0)
-                c.retry = c.status == DDPC_ERR_FORMAT && !r->want;
-            ddpc_status_t st = ddpc_broadcast(ck->comm, &c, sizeof c, DDPC_U8, 0);
-            if (st == DDPC_OK && c.status != DDPC_OK)
-                st = share_error(ck, (ddpc_status_t)c.status);
-            else if (st == DDPC_OK && p.n)
-                st = ddpc_broadcast(ck->comm, it->data + p.off, p.n, DDPC_F32, 0);
-            if (st != DDPC_OK)
-                c.status = ck_err(ck, st, "broadcasting %s: %s", it->path, ddpc_last_error(ck->rt));
-            if (c.status != DDPC_OK)
+            if (w.n && (it->run != w.run || it->pos + p.off != w.end || w.n + p.n > chunk) &&
+                (st = flush(ck, r, &w)) != DDPC_OK)
                 break;
+            if (!w.n) {
+                w.data = it->data + p.off;
+                w.run = it->run;
+            }
+            if (ck->rank == 0 && w.ctl.status == DDPC_OK)
+                w.ctl.status = read_piece(ck, r, ds, &p, last, &crc, want, addr, chunk);
+            w.n += p.n;
+            w.end = it->pos + p.off + p.n;
         }
         if (ds >= 0)
             H5Dclose(ds);
-        if (c.status != DDPC_OK) {
-            *retry = c.retry;
-            return (ddpc_status_t)c.status;
-        }
     }
-    return DDPC_OK;
+    if (st == DDPC_OK)
+        st = flush(ck, r, &w); /* the last window, or only the final status */
+    ddpc_status_t s2 = settle(&w);
+    *retry = w.sent.retry;
+    return st ? st : s2 ? ck_err(ck, s2, "broadcasting the checkpoint: %s", ddpc_last_error(ck->rt))
+                        : DDPC_OK;
 }
 
 /* ------------------------------------------------------------------ load */

@@ -16,7 +16,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 static ddpc_status_t jerr(ck_job_t *j, ddpc_status_t st, const char *fmt, ...)
 #ifdef __GNUC__
@@ -178,11 +177,10 @@ static int write_item(hid_t f, const ck_item_t *it, int fd)
         H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0 ||
         (ds = H5Dcreate2(f, it->path, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT)) < 0)
         goto out;
-    uLong crc = crc32(0, NULL, 0);
+    uint32_t crc = 0;
     ck_piece_t p;
-    for (int more = ck_piece_first(&p, it, CK_WRITE_PIECE / sizeof(float)); more;
-         more = ck_piece_next(&p)) {
-        crc = crc32_z(crc, (const Bytef *)(it->data + p.off), p.n * sizeof(float));
+    for (int more = ck_piece_first(&p, it, CK_PIECE / sizeof(float)); more; more = ck_piece_next(&p)) {
+        crc = ck_crc32(crc, it->data + p.off, p.n * sizeof(float));
         hid_t ms = ck_piece_select(&p, sp);
         herr_t w = ms < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, sp, H5P_DEFAULT, it->data + p.off);
         if (ms >= 0)
@@ -194,7 +192,7 @@ static int write_item(hid_t f, const ck_item_t *it, int fd)
             sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 #endif
     }
-    rc = ck_attr_put(ds, "crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32, &(uint32_t){(uint32_t)crc});
+    rc = ck_attr_put(ds, "crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32, &crc);
 out:
     if (ds >= 0)
         H5Dclose(ds);
