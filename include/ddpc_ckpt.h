@@ -82,9 +82,9 @@ DDPC_API ddpc_status_t ddpc_ckpt_add_user_tensor(ddpc_ckpt_t ck, const char *nam
 
 /* Collective. Writes <dir>/ckpt-<step, 8 digits>.h5 from rank 0: to a .tmp
  * file, closed, fsynced, renamed, directory fsynced; then only the newest
- * `keep` are kept. meta may be NULL (zeros). Waits first for the previous
- * asynchronous save: if that one failed, this call returns its error on every
- * rank and starts nothing. Sync: returns when the file is durable, with rank
+ * `keep` are kept. meta: rank 0's is written; may be NULL (zeros). Waits
+ * first for the previous asynchronous save: if that one failed, this call
+ * returns its error on every rank and starts nothing. Sync: returns when the file is durable, with rank
  * 0's status on every rank. Async: returns once rank 0 has copied the state
  * to host memory; the write goes on in a background thread and its result is
  * returned by the next save or ddpc_ckpt_wait. A failed save removes its

@@ -194,7 +194,8 @@ int main(int argc, char **argv)
                 gw[k] += e * x[k];
             gb[0] += e;
         }
-        CHECK(ddpc_ddp_grad_ready(ddp, ib), ddpc_ddp_last_error(ddp)); /* backward: last layer first */
+        /* backward: the last layer first */
+        CHECK(ddpc_ddp_grad_ready(ddp, ib), ddpc_ddp_last_error(ddp));
         CHECK(ddpc_ddp_grad_ready(ddp, iw), ddpc_ddp_last_error(ddp));
         CHECK(ddpc_ddp_wait(ddp), ddpc_ddp_last_error(ddp));
         CHECK(ddpc_optim_step(opt, NULL), ddpc_ddp_last_error(ddp));

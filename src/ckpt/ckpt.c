@@ -20,6 +20,12 @@ ddpc_status_t ck_err(ddpc_ckpt_t ck, ddpc_status_t st, const char *fmt, ...)
 
 const char *ddpc_ckpt_last_error(ddpc_ckpt_t ck) { return ck ? ck->err : "no checkpoint handle"; }
 
+const char *ck_body(ddpc_ckpt_t ck, const char *msg)
+{
+    size_t n = strlen(ck->prefix);
+    return strncmp(msg, ck->prefix, n) || msg[n] != ' ' ? msg : msg + n + 1;
+}
+
 /* DDPC_CKPT_* overrides of the config. */
 static ddpc_status_t read_env(ddpc_ckpt_t ck)
 {
@@ -84,7 +90,8 @@ void ddpc_ckpt_destroy(ddpc_ckpt_t ck)
         return;
     ck_join(ck);
     if (ck->async_st != DDPC_OK)
-        ddpc_log(ck->rt, DDPC_LOG_ERROR, "%s (asynchronous save never waited for)", ck->job.err);
+        ddpc_log(ck->rt, DDPC_LOG_ERROR, "%s (asynchronous save never waited for)",
+                 ck_body(ck, ck->job.err));
     free(ck->job.items);
     free(ck->snap);
     free(ck->user);
@@ -97,14 +104,16 @@ static ck_attr_t *attr_slot(ddpc_ckpt_t ck, const char *name, ddpc_status_t *st)
 {
     *st = DDPC_OK;
     if (!name || !*name || strlen(name) >= CK_ATTR_NAME) {
-        *st = ck_err(ck, DDPC_ERR_INVALID, "user attribute name must be 1..%d bytes", CK_ATTR_NAME - 1);
+        *st = ck_err(ck, DDPC_ERR_INVALID, "user attribute name must be 1..%d bytes",
+                     CK_ATTR_NAME - 1);
         return NULL;
     }
     for (int i = 0; i < ck->nattrs; i++)
         if (!strcmp(ck->attrs[i].name, name))
             return &ck->attrs[i];
     if (ck->nattrs == CK_MAX_ATTRS) {
-        *st = ck_err(ck, DDPC_ERR_INVALID, "more than %d user attributes (\"%s\")", CK_MAX_ATTRS, name);
+        *st = ck_err(ck, DDPC_ERR_INVALID, "more than %d user attributes (\"%s\")", CK_MAX_ATTRS,
+                     name);
         return NULL;
     }
     ck_attr_t *a = &ck->attrs[ck->nattrs++];
@@ -127,7 +136,8 @@ ddpc_status_t ddpc_ckpt_set_user_attr_double(ddpc_ckpt_t ck, const char *name, d
 ddpc_status_t ddpc_ckpt_set_user_attr_string(ddpc_ckpt_t ck, const char *name, const char *v)
 {
     if (!ck || !v)
-        return ck ? ck_err(ck, DDPC_ERR_INVALID, "user attribute \"%s\": NULL string", name ? name : "")
+        return ck ? ck_err(ck, DDPC_ERR_INVALID, "user attribute \"%s\": NULL string",
+                           name ? name : "")
                   : DDPC_ERR_INVALID;
     if (strlen(v) >= CK_ATTR_STR)
         return ck_err(ck, DDPC_ERR_INVALID, "user attribute \"%s\": string of %zu bytes, at most %d",
@@ -193,30 +203,32 @@ ddpc_status_t ddpc_ckpt_add_user_tensor(ddpc_ckpt_t ck, const char *name, float 
 
 /* ------------------------------------------------------------------ contents */
 
-static void fnv(uint64_t *h, const void *p, size_t n)
+uint64_t ck_fnv(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++)
-        *h = (*h ^ b[i]) * 0x100000001b3ull;
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
 }
 
-static void fnv_u64(uint64_t *h, uint64_t v) /* as 8 little-endian bytes */
+static uint64_t fnv_u64(uint64_t h, uint64_t v) /* as 8 little-endian bytes */
 {
     for (int k = 0; k < 8; k++)
-        fnv(h, &(unsigned char){(unsigned char)(v >> (8 * k))}, 1);
+        h = ck_fnv(h, &(unsigned char){(unsigned char)(v >> (8 * k))}, 1);
+    return h;
 }
 
 uint64_t ck_model_fingerprint(ddpc_ddp_t ddp)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = CK_FNV_BASIS;
     ddpc_param_info_t p;
-    for (int i = 0; ddpc_ddp_param_info(ddp, i, &p) == DDPC_OK; i++) {
+    for (int i = 0; i < ddpc_ddp_num_params(ddp) && ddpc_ddp_param_info(ddp, i, &p) == DDPC_OK; i++) {
         const char *dt = ddpc_dtype_name(p.dtype);
-        fnv(&h, p.name, strlen(p.name) + 1);
-        fnv(&h, dt, strlen(dt) + 1);
-        fnv_u64(&h, (uint64_t)p.ndim);
+        h = ck_fnv(h, p.name, strlen(p.name) + 1);
+        h = ck_fnv(h, dt, strlen(dt) + 1);
+        h = fnv_u64(h, (uint64_t)p.ndim);
         for (int k = 0; k < p.ndim; k++)
-            fnv_u64(&h, (uint64_t)p.shape[k]);
+            h = fnv_u64(h, (uint64_t)p.shape[k]);
     }
     return h;
 }
@@ -370,7 +382,8 @@ static ddpc_status_t agree(ddpc_ckpt_t ck, ddpc_status_t st)
             ck_err(ck, (ddpc_status_t)s, "failed on rank 0: %s", msg);
     }
     if (cst != DDPC_OK)
-        return ck_err(ck, cst, "cannot agree on the checkpoint's status: %s", ddpc_last_error(ck->rt));
+        return ck_err(ck, cst, "cannot agree on the checkpoint's status: %s",
+                      ddpc_last_error(ck->rt));
     return (ddpc_status_t)s;
 }
 
@@ -383,9 +396,9 @@ ddpc_status_t ddpc_ckpt_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
         double t0 = ddpc_now();
         if ((st = take_async(ck)) == DDPC_OK)
             st = start_save(ck, meta);
-        if (st == DDPC_OK)
-            ddpc_log(ck->rt, DDPC_LOG_INFO, "ckpt: %s %s in %.3fs", ck->cfg.async ? "snapshot for" : "wrote",
-                     ck->job.path, ddpc_now() - t0);
+        if (st == DDPC_OK && ck->cfg.async) /* the writer logs the write */
+            ddpc_log(ck->rt, DDPC_LOG_INFO, "ckpt: snapshot for %s in %.3fs", ck->job.path,
+                     ddpc_now() - t0);
     }
     return agree(ck, st);
 }

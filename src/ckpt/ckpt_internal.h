@@ -107,8 +107,13 @@ ddpc_status_t ck_err(ddpc_ckpt_t ck, ddpc_status_t st, const char *fmt, ...)
 /* ckpt.c: the tensors of a checkpoint, in file order (parameters, optimizer
  * states, user tensors); *items is malloc'ed. Same on every rank. */
 ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *nparams);
+/* FNV-1a 64: h (start with CK_FNV_BASIS) extended by n bytes. */
+#define CK_FNV_BASIS 0xcbf29ce484222325ull
+uint64_t ck_fnv(uint64_t h, const void *p, size_t n);
 /* FNV-1a 64 of the model: (name, dtype, ndim, shape) of each parameter in order. */
 uint64_t ck_model_fingerprint(ddpc_ddp_t ddp);
+/* A message of this handle without its "ddpc[rank ...]" prefix, for ddpc_log. */
+const char *ck_body(ddpc_ckpt_t ck, const char *msg);
 /* rank 0: join an async save in flight; its status stays in ck->async_st. */
 void ck_join(ddpc_ckpt_t ck);
 

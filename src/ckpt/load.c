@@ -46,12 +46,6 @@ typedef struct {
 
 /* ------------------------------------------------------------------ checks (rank 0) */
 
-/* The last error without the rank prefix (ddpc_log adds its own). */
-static const char *body(ddpc_ckpt_t ck)
-{
-    size_t n = strlen(ck->prefix);
-    return strncmp(ck->err, ck->prefix, n) ? ck->err : ck->err + n + 1;
-}
 
 static void type_str(hid_t t, char *s, size_t n)
 {
@@ -157,9 +151,10 @@ static ddpc_status_t check_optim(ddpc_ckpt_t ck, hid_t f, const char *file, head
     hid_t g = H5Lexists(f, "optim", H5P_DEFAULT) > 0 ? H5Gopen2(f, "/optim", H5P_DEFAULT) : -1;
     if (g < 0)
         return ck_err(ck, DDPC_ERR_MISMATCH, "%s holds no optimizer state, but a %s optimizer "
-                      "was given (create the checkpoint handle without it to load the parameters only)",
-                      file, mine);
-    static const char *const names[] = {"momentum", "dampening", "weight_decay", "beta1", "beta2", "eps"};
+                      "was given (create the checkpoint handle without it to load the parameters "
+                      "only)", file, mine);
+    static const char *const names[] = {"momentum", "dampening", "weight_decay",
+                                        "beta1",    "beta2",     "eps"};
     const double here[] = {c->momentum, c->dampening, c->weight_decay, c->beta1, c->beta2, c->eps};
     double v;
     ddpc_status_t st = DDPC_OK;
@@ -277,6 +272,15 @@ static ddpc_status_t check_file(ddpc_ckpt_t ck, hid_t f, const char *file, const
     return st;
 }
 
+/* Rank 0: the candidate just tried is bad (ck->err says why): warn, go on. */
+static void skip(ddpc_ckpt_t ck, r0_t *r)
+{
+    ddpc_log(ck->rt, DDPC_LOG_WARN, "%s; skipping it for the previous checkpoint",
+             ck_body(ck, ck->err));
+    if (!r->first_bad[0])
+        snprintf(r->first_bad, sizeof r->first_bad, "%s", ck_body(ck, ck->err));
+}
+
 /* Open the next candidate that validates; h->status says what happened. */
 static void next_candidate(ddpc_ckpt_t ck, r0_t *r, const ck_item_t *items, int nitems, int np,
                            head_t *h)
@@ -313,9 +317,7 @@ static void next_candidate(ddpc_ckpt_t ck, r0_t *r, const ck_item_t *items, int 
             memcpy(h->msg, ck->err, sizeof h->msg);
             return;
         }
-        ddpc_log(ck->rt, DDPC_LOG_WARN, "%s; skipping it for the previous checkpoint", body(ck));
-        if (!r->first_bad[0])
-            snprintf(r->first_bad, sizeof r->first_bad, "%s", body(ck));
+        skip(ck, r);
     }
     memset(h, 0, sizeof *h);
     if (r->first_bad[0])
@@ -342,7 +344,8 @@ static ddpc_status_t read_piece(ddpc_ckpt_t ck, r0_t *r, hid_t ds, const ck_piec
             posix_fadvise(r->fd, (off_t)(addr + (p->off + p->n) * sizeof(float)),
                           (off_t)(chunk * sizeof(float)), POSIX_FADV_WILLNEED);
         hid_t fs = H5Dget_space(ds), ms = fs < 0 ? -1 : ck_piece_select(p, fs);
-        herr_t rc = ms < 0 ? -1 : H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, it->data + p->off);
+        herr_t rc =
+            ms < 0 ? -1 : H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, it->data + p->off);
         if (ms >= 0)
             H5Sclose(ms);
         if (fs >= 0)
@@ -429,14 +432,15 @@ static ddpc_status_t stream(ddpc_ckpt_t ck, r0_t *r, const ck_item_t *items, int
         if (ck->rank == 0 && w.ctl.status == DDPC_OK) {
             ds = H5Dopen2(r->f, it->path, H5P_DEFAULT);
             if (ds < 0 || ck_attr_get(ds, "crc32", H5T_NATIVE_UINT32, &want) < 0)
-                w.ctl.status = ck_err(ck, DDPC_ERR_FORMAT, "cannot read %s (or its crc32) from %s: %s",
-                                      it->path, r->cands[r->next - 1], ck_h5_msg(h5, sizeof h5));
+                w.ctl.status = ck_err(ck, DDPC_ERR_FORMAT, "cannot read %s (or its crc32) from "
+                                      "%s: %s", it->path, r->cands[r->next - 1],
+                                      ck_h5_msg(h5, sizeof h5));
             else
                 addr = H5Dget_offset(ds);
         }
         ck_piece_t p, nx;
-        /* 0: empty; still one (empty) piece */
-        int more = ck_piece_first(&p, it, chunk < CK_PIECE / sizeof(float) ? chunk : CK_PIECE / sizeof(float));
+        size_t piece = chunk < CK_PIECE / sizeof(float) ? chunk : CK_PIECE / sizeof(float);
+        int more = ck_piece_first(&p, it, piece); /* 0: empty; still one (empty) piece */
         for (int last = 0; st == DDPC_OK && !last; p = nx) {
             nx = p;
             last = !more || !ck_piece_next(&nx);
@@ -469,11 +473,10 @@ static ddpc_status_t stream(ddpc_ckpt_t ck, r0_t *r, const ck_item_t *items, int
  * this covers the optimizer's presence and the user tensors). */
 static ddpc_status_t agree_items(ddpc_ckpt_t ck, const ck_item_t *items, int n, ddpc_status_t st)
 {
-    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)st, *all = calloc((size_t)ck->size, sizeof *all);
+    uint64_t h = CK_FNV_BASIS ^ (uint64_t)st, *all = calloc((size_t)ck->size, sizeof *all);
     for (int i = 0; i < n; i++) {
-        for (const char *s = items[i].path; *s; s++)
-            h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-        h = (h ^ items[i].numel) * 0x100000001b3ull;
+        h = ck_fnv(h, items[i].path, strlen(items[i].path) + 1);
+        h = ck_fnv(h, &items[i].numel, sizeof items[i].numel);
     }
     if (!all)
         return ck_err(ck, DDPC_ERR_NOMEM, "cannot allocate");
@@ -562,11 +565,8 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
         }
         if (!retry)
             break;
-        if (ck->rank == 0) {
-            ddpc_log(ck->rt, DDPC_LOG_WARN, "%s; skipping it for the previous checkpoint", body(ck));
-            if (!r.first_bad[0])
-                snprintf(r.first_bad, sizeof r.first_bad, "%s", body(ck));
-        }
+        if (ck->rank == 0)
+            skip(ck, &r);
     }
     if (ck->rank == 0)
         ck_h5_leave();

@@ -179,10 +179,12 @@ static int write_item(hid_t f, const ck_item_t *it, int fd)
         goto out;
     uint32_t crc = 0;
     ck_piece_t p;
-    for (int more = ck_piece_first(&p, it, CK_PIECE / sizeof(float)); more; more = ck_piece_next(&p)) {
+    for (int more = ck_piece_first(&p, it, CK_PIECE / sizeof(float)); more;
+         more = ck_piece_next(&p)) {
         crc = ck_crc32(crc, it->data + p.off, p.n * sizeof(float));
         hid_t ms = ck_piece_select(&p, sp);
-        herr_t w = ms < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, sp, H5P_DEFAULT, it->data + p.off);
+        herr_t w =
+            ms < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, sp, H5P_DEFAULT, it->data + p.off);
         if (ms >= 0)
             H5Sclose(ms);
         if (w < 0)
@@ -254,7 +256,8 @@ static int write_meta(hid_t f, const ck_job_t *j)
     time_t now = time(NULL);
     struct tm tm;
     strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
-    int rc = ck_attr_str(f, "format", CK_FORMAT) | ck_attr_i32(f, "format_version", CK_FORMAT_VERSION) |
+    int rc = ck_attr_str(f, "format", CK_FORMAT) |
+             ck_attr_i32(f, "format_version", CK_FORMAT_VERSION) |
              ck_attr_str(f, "ddpc_version", ddpc_version()) | ck_attr_u64(f, "step", m->step) |
              ck_attr_u64(f, "epoch", m->epoch) | ck_attr_i32(f, "world_size", j->world_size) |
              ck_attr_str(f, "created", created) |
@@ -349,9 +352,11 @@ ddpc_status_t ck_write(ck_job_t *j)
         return jerr(j, DDPC_ERR_IO, "cannot create the checkpoint directory %s: %s", j->dir,
                     strerror(errno));
     remove_stale_tmp(j->dir);
+    double t0 = ddpc_now(), t1;
     ck_h5_enter();
     ddpc_status_t st = write_h5(j);
     ck_h5_leave();
+    t1 = ddpc_now();
     if (st == DDPC_OK && fsync_path(j->tmp, O_RDONLY) != 0)
         st = jerr(j, DDPC_ERR_IO, "cannot fsync %s: %s", j->tmp, strerror(errno));
     if (st == DDPC_OK && rename(j->tmp, j->path) != 0)
@@ -365,6 +370,12 @@ ddpc_status_t ck_write(ck_job_t *j)
     if (fsync_path(j->dir, O_RDONLY | O_DIRECTORY) != 0)
         return jerr(j, DDPC_ERR_IO, "wrote %s but cannot fsync its directory: %s", j->path,
                     strerror(errno));
+    double t2 = ddpc_now(), bytes = 0;
     retain(j);
+    for (int i = 0; i < j->nitems; i++)
+        bytes += (double)j->items[i].numel * sizeof(float);
+    ddpc_log(j->rt, DDPC_LOG_INFO, "ckpt: wrote %s: %.3f GB in %.3fs (%.2f GB/s): HDF5 %.3fs, "
+             "fsync and rename %.3fs, retention %.3fs", j->path, bytes / 1e9, ddpc_now() - t0,
+             bytes / 1e9 / (ddpc_now() - t0), t1 - t0, t2 - t1, ddpc_now() - t2);
     return DDPC_OK;
 }
