@@ -12,3 +12,7 @@ noinst_PROGRAMS += bench/ckpt_bench
 bench_ckpt_bench_SOURCES = bench/ckpt_bench.c
 bench_ckpt_bench_CPPFLAGS = $(AM_CPPFLAGS) $(HDF5_CFLAGS)
 bench_ckpt_bench_LDADD = libddpc.la $(HDF5_LIBS)
+
+# gemm_compare.sh builds gemm_bench.c against every CBLAS installed here and
+# compares them (doc/blas.md); by hand, about 15 minutes.
+EXTRA_DIST += bench/gemm_bench.c bench/gemm_compare.sh
