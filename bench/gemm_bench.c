@@ -21,14 +21,25 @@
  *   bwd-d NT  dX[B,in]   = dY[B,out]  * W[in,out]^T        M=B   N=in  K=out
  *   bwd-w TN  dW[in,out] += X[B,in]^T * dY[B,out]  (beta=1) M=in  N=out K=B
  *
- * Usage: gemm_bench [-l label] [-r reps] [-b batches] [-t min_ms] [-q]
+ * Usage: gemm_bench [-l label] [-r reps] [-b batches] [-t min_ms] [-T threads] [-q]
  *   -r reps      timed repetitions per shape (median reported), default 7
  *   -b list      comma-separated batch sizes, default 64,128,256
  *   -t ms        minimum duration of one repetition (calls are looped), default 20
- * Output: '#' info lines, one 'R' line per shape, one 'S' summary line:
- *   S label step_gflops=<sum flops/sum median times, batch 128 or first>
- *     geomean=<geomean of per-shape medians> cpu_wall=<CPU time/wall time>
- *   exit 1 if any check fails.
+ *   -T n         call openblas_set_num_threads(n)/bli_thread_set_num_threads(n)
+ *                when present (default 1); 0 leaves the library's own choice
+ *                (environment variables still apply)
+ * Each repetition is timed twice: wall clock, and process CPU time (all
+ * threads). On a shared machine the CPU-time rate is the robust one: time the
+ * process spent preempted does not count, while any extra threads the library
+ * spins up still do (so it measures what one core buys).
+ * Output: '#' info lines, then
+ *   R label op trans M N K wall_med wall_min wall_max cpu_med err/bound normwise ok|FAIL
+ *     (GFLOP/s; medians over the repetitions)
+ *   S label step_gflops=<wall> step_gflops_cpu=<cpu> geomean=<wall> geomean_cpu=<cpu>
+ *     step_batch=N cpu_wall=<CPU time / wall time while timing> shapes=N fails=N
+ *   step_*: flops of one training step (all shapes at batch 128, or the first
+ *   batch given) over the sum of its median times; geomean_*: geometric mean of
+ *   the per-shape medians over every shape. Exit 1 if any check fails.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -38,7 +49,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,12 +90,11 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static double cputime(void)
+static double cputime(void) /* CPU time of the whole process, all threads */
 {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
-           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -116,7 +125,8 @@ static int cmp_d(const void *a, const void *b)
 
 /* Naive reference in double; returns max over elements of
  * |C - Cref| / (|alpha| sum_k |a_ik||b_kj| + |beta||C0_ij|), the quantity that
- * the standard error bound gamma_K ~ K*u bounds. Also the normwise error. */
+ * the standard error bound gamma_K ~ K*u bounds. Also the normwise error
+ * ||C - Cref||_F / ||Cref||_F (reported only). */
 static double check(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                     const float *B, int ldb, float beta, const float *C0, const float *C,
                     int ldc, double *normwise)
@@ -190,31 +200,33 @@ static void describe_library(const char *label)
     }
 }
 
-static void force_one_thread(void)
+static void set_threads(int n)
 {
     void (*ob)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "openblas_set_num_threads");
     void (*bl)(long) = (void (*)(long))dlsym(RTLD_DEFAULT, "bli_thread_set_num_threads");
-    if (ob) ob(1);
-    if (bl) bl(1);
+    if (n <= 0) return;
+    if (ob) ob(n);
+    if (bl) bl(n);
 }
 
 int main(int argc, char **argv)
 {
     const char *label = "cblas";
-    int reps = 7, quiet = 0;
+    int reps = 7, quiet = 0, threads = 1;
     double min_ms = 20;
     int batches[16], nb = 0;
     char bl[256] = "64,128,256";
     int opt;
-    while ((opt = getopt(argc, argv, "l:r:b:t:q")) != -1) {
+    while ((opt = getopt(argc, argv, "l:r:b:t:T:q")) != -1) {
         switch (opt) {
         case 'l': label = optarg; break;
         case 'r': reps = atoi(optarg); break;
         case 'b': snprintf(bl, sizeof bl, "%s", optarg); break;
         case 't': min_ms = atof(optarg); break;
+        case 'T': threads = atoi(optarg); break;
         case 'q': quiet = 1; break;
         default:
-            fprintf(stderr, "usage: %s [-l label] [-r reps] [-b 64,128,256] [-t ms] [-q]\n",
+            fprintf(stderr, "usage: %s [-l label] [-r reps] [-b 64,128,256] [-t ms] [-T n] [-q]\n",
                     argv[0]);
             return 2;
         }
@@ -224,7 +236,7 @@ int main(int argc, char **argv)
         if (atoi(t) > 0) batches[nb++] = atoi(t);
     if (!nb) batches[nb++] = 128;
 
-    force_one_thread();
+    set_threads(threads);
     { /* one tiny call so libraries initialise before we ask what they picked */
         float a = 1, b = 1, c = 0;
         gemm(0, 0, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);
@@ -232,17 +244,17 @@ int main(int argc, char **argv)
     }
     describe_library(label);
     if (!quiet)
-        printf("# %-6s %4s %5s %5s %5s %9s %9s %9s %9s %9s\n", "op", "tr", "M", "N", "K",
-               "med_GF/s", "min_GF/s", "max_GF/s", "err/bnd", "normwise");
+        printf("# %-6s %4s %5s %5s %5s %9s %9s %9s %9s %9s %9s\n", "op", "tr", "M", "N", "K",
+               "wall_med", "wall_min", "wall_max", "cpu_med", "err/bnd", "normwise");
 
     static const int layers[][2] = {{784, 1024}, {1024, 1024}, {1024, 10}};
     const int nl = sizeof layers / sizeof layers[0];
     int fails = 0, nshapes = 0;
-    double log_sum = 0, step_flops = 0, step_time = 0;
+    double log_sum = 0, log_sum_c = 0, step_flops = 0, step_time = 0, step_ctime = 0;
     int step_batch = 128, have128 = 0;
     for (int b = 0; b < nb; b++) have128 |= batches[b] == 128;
     if (!have128) step_batch = batches[0];
-    double *samples = malloc(sizeof(double) * reps);
+    double *samples = malloc(sizeof(double) * reps), *csamples = malloc(sizeof(double) * reps);
     double cpu = 0, wall = 0; /* over the timed repetitions only */
 
     for (int bi = 0; bi < nb; bi++)
@@ -270,8 +282,13 @@ int main(int argc, char **argv)
                     fails++;
                 }
                 double nw, eb = check(ta, tb, M, N, K, alpha, A, ac, Bm, bc, beta, C0, C, N, &nw);
-                /* gamma_K = K*u/(1-K*u) bounds err/(|A||B|+|beta C0|); allow 2x plus slack */
-                double tol = (K + 2) * (double)FLT_EPSILON;
+                /* The worst-case bound gamma_K = K*u/(1-K*u) on err/(|A||B|+|beta C0|) is
+                 * too loose to catch one wrong element (a 1e-3 relative error in a single
+                 * entry stays under it at K=1024). Rounding errors of sums of K terms grow
+                 * like sqrt(K)*u in practice; 2*sqrt(K)*FLT_EPSILON = 4*sqrt(K)*u. Every
+                 * library measured here (OpenBLAS, BLIS, oneDNN, ATLAS, netlib) stays
+                 * under 6u, 10x or more below this. */
+                double tol = 2.0 * sqrt((double)K) * (double)FLT_EPSILON;
                 int ok = eb <= tol;
                 if (!ok) fails++;
 
@@ -288,29 +305,39 @@ int main(int argc, char **argv)
                 }
                 double c0 = cputime(), w0 = now();
                 for (int r = 0; r < reps; r++) {
-                    double t0 = now();
+                    double c1 = cputime(), t0 = now();
                     for (int i = 0; i < inner; i++)
                         gemm(ta, tb, M, N, K, alpha, A, ac, Bm, bc, beta, C, N);
                     samples[r] = (now() - t0) / inner;
+                    csamples[r] = (cputime() - c1) / inner;
+                    if (csamples[r] <= 0) csamples[r] = 1e-12;
                 }
                 cpu += cputime() - c0;
                 wall += now() - w0;
                 qsort(samples, reps, sizeof(double), cmp_d);
+                qsort(csamples, reps, sizeof(double), cmp_d);
                 double med = reps & 1 ? samples[reps / 2]
                                       : 0.5 * (samples[reps / 2 - 1] + samples[reps / 2]);
+                double cmed = reps & 1 ? csamples[reps / 2]
+                                       : 0.5 * (csamples[reps / 2 - 1] + csamples[reps / 2]);
                 double gmed = flops / med * 1e-9, gmin = flops / samples[reps - 1] * 1e-9,
                        gmax = flops / samples[0] * 1e-9;
-                printf("R %s %-6s %c%c %5d %5d %5d %9.2f %9.2f %9.2f %9.2e %9.2e %s\n", label,
-                       name, ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, gmed, gmin, gmax, eb, nw,
-                       ok ? "ok" : "FAIL");
+                double gcpu = flops / cmed * 1e-9;
+                printf("R %s %-6s %c%c %5d %5d %5d %9.2f %9.2f %9.2f %9.2f %9.2e %9.2e %s\n",
+                       label, name, ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, gmed, gmin, gmax,
+                       gcpu, eb, nw, ok ? "ok" : "FAIL");
                 log_sum += log(gmed);
+                log_sum_c += log(gcpu);
                 nshapes++;
-                if (B == step_batch) { step_flops += flops; step_time += med; }
+                if (B == step_batch) { step_flops += flops; step_time += med; step_ctime += cmed; }
                 free(A); free(Bm); free(C); free(C0);
             }
-    printf("S %s step_gflops=%.2f geomean=%.2f step_batch=%d cpu_wall=%.2f shapes=%d fails=%d\n",
-           label, step_flops / step_time * 1e-9, exp(log_sum / nshapes), step_batch,
-           cpu / wall, nshapes, fails);
+    printf("S %s step_gflops=%.2f step_gflops_cpu=%.2f geomean=%.2f geomean_cpu=%.2f "
+           "step_batch=%d cpu_wall=%.2f shapes=%d fails=%d\n",
+           label, step_flops / step_time * 1e-9, step_flops / step_ctime * 1e-9,
+           exp(log_sum / nshapes), exp(log_sum_c / nshapes), step_batch, cpu / wall, nshapes,
+           fails);
     free(samples);
+    free(csamples);
     return fails ? 1 : 0;
 }

@@ -15,6 +15,9 @@
 #   MIN_MS=20       minimum length of one repetition
 #   BATCHES=64,128,256
 #   REF=openblas-pthread   candidate the ratios are relative to
+#   METRIC=cpu      cpu: GFLOP/s per CPU-second of the process (robust when the
+#                   2 shared cores are busy: preempted time does not count,
+#                   extra library threads do); wall: GFLOP/s per wall second
 #   ONLY="a b"      run only these candidate labels
 #   PIN=auto|no|N   taskset core (auto: last core) -- one rank per core
 #   LIBDIR=/usr/lib/x86_64-linux-gnu   CC=cc   KEEP=1 (keep build/log dir)
@@ -32,14 +35,18 @@ BATCHES=${BATCHES:-64,128,256}
 REF=${REF:-openblas-pthread}
 ONLY=${ONLY:-}
 PIN=${PIN:-auto}
+METRIC=${METRIC:-cpu}
+case $METRIC in cpu | wall) ;; *) echo "METRIC must be cpu or wall" >&2; exit 2 ;; esac
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gemm_compare.XXXXXX")
 if [ "${KEEP:-0}" = 1 ]; then echo "# work dir: $work"; else trap 'rm -rf "$work"' EXIT; fi
 
-# label|library file ("dnnl" = -ldnnl)|extra environment
+# label|library file ("dnnl" = -ldnnl)|extra environment|extra gemm_bench args
 # OpenBLAS ships one DYNAMIC_ARCH build per threading flavour; OPENBLAS_CORETYPE
 # forces a kernel set. BLIS_ARCH_TYPE takes BLIS 0.9's numeric arch id
-# (0=skx 3=haswell 6=zen3).
+# (0=skx 3=haswell 6=zen3). openblas-pt-nothrcap leaves the thread count to
+# OPENBLAS_NUM_THREADS=2 (-T 0: no openblas_set_num_threads(1)) on the one
+# pinned core, i.e. a rank that forgot to cap its BLAS threads.
 cands="
 openblas-pthread|openblas-pthread/libopenblas.so.0|
 openblas-openmp|openblas-openmp/libopenblas.so.0|
@@ -48,6 +55,7 @@ openblas@SkylakeX|openblas-pthread/libopenblas.so.0|OPENBLAS_CORETYPE=SkylakeX
 openblas@Haswell|openblas-pthread/libopenblas.so.0|OPENBLAS_CORETYPE=Haswell
 openblas@Zen|openblas-pthread/libopenblas.so.0|OPENBLAS_CORETYPE=Zen
 openblas@Sandybridge|openblas-pthread/libopenblas.so.0|OPENBLAS_CORETYPE=Sandybridge
+openblas-pt-nothrcap|openblas-pthread/libopenblas.so.0|OPENBLAS_NUM_THREADS=2|-T 0
 blis-pthread|blis-pthread/libblis.so.4|
 blis-openmp|blis-openmp/libblis.so.4|
 blis-serial|blis-serial/libblis.so.4|
@@ -63,11 +71,10 @@ if [ "$PIN" != no ] && command -v taskset >/dev/null 2>&1; then
 fi
 
 echo "# $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') | $(nproc) cpus | pin: ${pin:-none}"
-echo "# rounds=$ROUNDS reps=$REPS min_ms=$MIN_MS batches=$BATCHES ref=$REF"
+echo "# rounds=$ROUNDS reps=$REPS min_ms=$MIN_MS batches=$BATCHES ref=$REF metric=$METRIC"
 
 # ---------------------------------------------------------------- build
-labels=""
-echo "$cands" | while IFS='|' read -r label lib env; do
+echo "$cands" | while IFS='|' read -r label lib env args; do
   [ -n "$label" ] || continue
   if [ -n "$ONLY" ]; then case " $ONLY " in *" $label "*) ;; *) continue ;; esac; fi
   if [ "$lib" = dnnl ]; then
@@ -79,7 +86,7 @@ echo "$cands" | while IFS='|' read -r label lib env; do
   fi
   # shellcheck disable=SC2086
   if $CC -O2 -o "$work/gb_$label" "$src" $link -lm -ldl 2>"$work/cc_$label.log"; then
-    printf '%s|%s|%s\n' "$label" "$lib" "$env" >>"$work/built"
+    printf '%s|%s|%s|%s\n' "$label" "$lib" "$env" "$args" >>"$work/built"
   else
     echo "# skip $label: build failed ($(head -1 "$work/cc_$label.log"))"
   fi
@@ -94,13 +101,13 @@ while [ "$r" -le "$ROUNDS" ]; do
   # rotate the order each round so slow drifts of the shared machine spread out
   k=$(( (r - 1) % n ))
   { tail -n +$((k + 1)) "$work/built"; head -n "$k" "$work/built"; } >"$work/order"
-  while IFS='|' read -r label lib env; do
+  while IFS='|' read -r label lib env args; do
     out="$work/out_${label}_$r"
     # shellcheck disable=SC2086
     if ! env -u OPENBLAS_CORETYPE -u BLIS_ARCH_TYPE -u GOTO_NUM_THREADS \
         OPENBLAS_NUM_THREADS=1 BLIS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
         OMP_PROC_BIND=false $env $pin "$work/gb_$label" -q -l "$label" -r "$REPS" \
-        -t "$MIN_MS" -b "$BATCHES" >"$out" 2>&1; then
+        -t "$MIN_MS" -b "$BATCHES" $args >"$out" 2>&1; then
       echo "# FAIL $label round $r: $(grep -m1 FAIL "$out" || tail -1 "$out")"
       fail=1
     fi
@@ -115,13 +122,13 @@ done
 
 # ---------------------------------------------------------------- report
 # kernel each candidate ended up with (from round 1)
-while IFS='|' read -r label lib env; do
+while IFS='|' read -r label lib env args; do
   o="$work/out_${label}_1"
   kern=$(sed -n 's/^# openblas_corename=//p; s/^# blis_arch_id=.* blis_arch=//p; s/^# dnnl_effective_isa=.*(\(.*\))/\1/p' "$o" | head -1)
   printf '%s %s\n' "$label" "${kern:--}" >>"$work/kernels"
 done <"$work/built"
 
-cat "$work"/out_* | awk -v ref="$REF" -v kfile="$work/kernels" -v bfile="$work/built" '
+cat "$work"/out_* | awk -v ROUNDS="$ROUNDS" -v ref="$REF" -v metric="$METRIC" -v kfile="$work/kernels" -v bfile="$work/built" '
 function med(s,   a, m, i, j, t) {          # median of space-separated numbers
   m = split(s, a, " ")
   for (i = 2; i <= m; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j+1] = a[j]; a[j+1] = t }
@@ -135,28 +142,34 @@ function mn(s,   a, m, i, x) { m = split(s, a, " "); x = a[1]; for (i = 2; i <= 
 function mx(s,   a, m, i, x) { m = split(s, a, " "); x = a[1]; for (i = 2; i <= m; i++) if (a[i] > x) x = a[i]; return x }
 BEGIN {
   while ((getline l < kfile) > 0) { split(l, f, " "); kern[f[1]] = f[2] }
-  while ((getline l < bfile) > 0) { split(l, f, "|"); order[++nc] = f[1]; envs[f[1]] = f[3] }
+  while ((getline l < bfile) > 0) { split(l, f, "|"); order[++nc] = f[1]; envs[f[1]] = f[3] (f[4] != "" ? " " f[4] : "") }
+  other = metric == "cpu" ? "wall" : "cpu"
+  sk = metric == "cpu" ? "step_gflops_cpu" : "step_gflops"; ok_ = metric == "cpu" ? "step_gflops" : "step_gflops_cpu"
+  gk = metric == "cpu" ? "geomean_cpu" : "geomean"
+  col = metric == "cpu" ? 11 : 8          # R-line column of the per-shape median
 }
 /^S / {
   lab = $2
   for (i = 3; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-  step[lab] = step[lab] " " v["step_gflops"]; geo[lab] = geo[lab] " " v["geomean"]
+  step[lab] = step[lab] " " v[sk]; ostep[lab] = ostep[lab] " " v[ok_]; geo[lab] = geo[lab] " " v[gk]
   cw[lab] = cw[lab] " " v["cpu_wall"]; sb = v["step_batch"]; fails[lab] += v["fails"]
 }
 /^R / {   # per-shape medians across rounds, for the step batch
-  key = $3 " " $4 " " $5 "x" $6 "x" $7; shp[$2, key] = shp[$2, key] " " $8
+  key = $3 " " $4 " " $5 "x" $6 "x" $7; shp[$2, key] = shp[$2, key] " " $col
   if (!(key in seen)) { seen[key] = 1; keys[++nk] = key }
 }
 END {
-  printf "\n%-22s %-16s %9s %17s %9s %8s %5s %s\n", "candidate", "kernel", "step_GF/s", "(min..max rounds)", "geomean", "cpu/wall", "check", "env"
+  printf "\nGFLOP/s by %s time, medians over %s rounds\n", metric, ROUNDS
+  printf "%-20s %-16s %8s %15s %8s %8s %8s %5s %s\n", "candidate", "kernel", "step", "(round min..max)", "step_" other, "geomean", "cpu/wall", "check", "env"
   for (c = 1; c <= nc; c++) {
     l = order[c]; if (!(l in step)) continue
     ms[l] = med(step[l])
-    printf "%-22s %-16s %9.2f %8.2f..%-8.2f %9.2f %8.2f %5s %s\n", l, kern[l], ms[l], mn(step[l]), mx(step[l]), med(geo[l]), med(cw[l]), fails[l] ? "FAIL" : "ok", envs[l]
+    printf "%-20s %-16s %8.2f %7.2f..%-7.2f %8.2f %8.2f %8.2f %5s %s\n", l, kern[l], ms[l], mn(step[l]), mx(step[l]), med(ostep[l]), med(geo[l]), med(cw[l]), fails[l] ? "FAIL" : "ok", envs[l]
   }
-  printf "\nstep_GF/s: total flops / total median time of one training step (batch %d: fwd+bwd_d+bwd_w of 784-1024-1024-10)\n", sb
+  printf "\nstep: total flops / total median time of one training step (batch %d: fwd+bwd_d+bwd_w of 784-1024-1024-10)\n", sb
   printf "geomean: geometric mean of per-shape median GF/s over all %d shapes (batches as given)\n", nk
-  printf "\nper-shape median GF/s across rounds (every batch):\n%-6s %-22s", "op", "MxNxK"
+  printf "cpu/wall: ~1 = ran undisturbed on one core; <1 = preempted by other load; >1 = extra threads\n"
+  printf "\nper-shape %s GF/s, median across rounds:\n%-6s %-22s", metric, "op", "MxNxK"
   for (c = 1; c <= nc; c++) printf " %10.10s", ab(order[c])
   printf "\n"
   for (k = 1; k <= nk; k++) {
@@ -165,7 +178,7 @@ END {
     printf "\n"
   }
   if (!(ref in ms)) { ref = order[1] }
-  line = "ref=" ref
+  line = "metric=" metric " ref=" ref
   for (c = 1; c <= nc; c++) { l = order[c]; if (l in ms) line = line sprintf(" %s=%.3f", l, ms[l] / ms[ref]) }
   print ""; print line
 }'

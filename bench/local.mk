@@ -5,3 +5,14 @@
 noinst_PROGRAMS += bench/loader_bench
 bench_loader_bench_SOURCES = bench/loader_bench.c
 bench_loader_bench_LDADD = libddpc.la
+
+# ckpt_bench: checkpoint save/load against raw I/O (doc/checkpoint.md); run by
+# hand under mpiexec, not part of make check.
+noinst_PROGRAMS += bench/ckpt_bench
+bench_ckpt_bench_SOURCES = bench/ckpt_bench.c
+bench_ckpt_bench_CPPFLAGS = $(AM_CPPFLAGS) $(HDF5_CFLAGS)
+bench_ckpt_bench_LDADD = libddpc.la $(HDF5_LIBS)
+
+# gemm_compare.sh builds gemm_bench.c against every CBLAS installed here and
+# compares them (doc/blas.md); by hand, about 15 minutes.
+EXTRA_DIST += bench/gemm_bench.c bench/gemm_compare.sh

@@ -1,6 +1,6 @@
 /* ddpc.h: everything a training program needs from ddpc: the runtime core,
  * the communicator, the DDP engine and optimizers, the sampler and the data
- * loader. Include only this. */
+ * loader, checkpoints. Include only this. */
 #ifndef DDPC_H
 #define DDPC_H
 
@@ -9,5 +9,6 @@
 #include "ddpc_ddp.h"
 #include "ddpc_sampler.h"
 #include "ddpc_data.h"
+#include "ddpc_ckpt.h"
 
 #endif /* DDPC_H */

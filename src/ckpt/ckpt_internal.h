@@ -1,0 +1,160 @@
+/* ckpt_internal.h: what the checkpoint module's files share: the handle, the
+ * list of tensors a checkpoint holds (items), the writer's job, and the HDF5
+ * helpers of h5.c. Layout of the file: doc/checkpoint.md. */
+#ifndef DDPC_CKPT_INTERNAL_H
+#define DDPC_CKPT_INTERNAL_H
+
+#include "ddpc_ckpt.h"
+#include "internal.h"
+
+#include <hdf5.h>
+#include <pthread.h>
+
+#define CK_FORMAT "ddpc-checkpoint"
+#define CK_FORMAT_VERSION 1
+#define CK_NAME_MAX 128   /* tensor names: 1..127 bytes, as the engine's */
+#define CK_DSET_MAX 200   /* "/optim/<state>/<name>" */
+#define CK_FILE_MAX 1024  /* file paths; the directory at most CK_DIR_MAX */
+#define CK_DIR_MAX (CK_FILE_MAX - 40)
+#define CK_MAX_ATTRS 64
+#define CK_ATTR_NAME 64
+#define CK_ATTR_STR 1024
+#define CK_PIECE ((size_t)8 << 20) /* bytes per HDF5 read or write: the CRC's input is still cached */
+
+/* A user attribute: a double or a string. */
+typedef struct {
+    char name[CK_ATTR_NAME];
+    int is_string;
+    double num;
+    char str[CK_ATTR_STR];
+} ck_attr_t;
+
+/* One dataset of the file: a parameter (/model/<name>), an optimizer state
+ * (/optim/<state>/<name>) or a user tensor (/user/<name>); float32, stored
+ * with its shape, row-major. data: where save reads and load writes; it is
+ * element pos of arena number run (the same numbers on every rank), so
+ * items that follow each other in a run are contiguous in memory. */
+typedef struct {
+    char path[CK_DSET_MAX];
+    int ndim;
+    int64_t shape[8];
+    size_t numel;
+    float *data;
+    int run;
+    size_t pos;
+} ck_item_t;
+
+/* Everything one save writes, owned by the writer (the background thread
+ * while an async save is in flight). items[0, nparams) are the parameters. */
+typedef struct {
+    char prefix[112];             /* messages: "ddpc[rank 0/n host]" */
+    char dir[CK_DIR_MAX], path[CK_FILE_MAX], tmp[CK_FILE_MAX + 8];
+    ddpc_ckpt_meta_t meta;
+    int world_size, keep;
+    uint64_t fingerprint;
+    int has_optim;
+    ddpc_optim_config_t ocfg;
+    uint64_t osteps;
+    double oscale;
+    ck_attr_t attrs[CK_MAX_ATTRS];
+    int nattrs;
+    ck_item_t *items;
+    int nitems, nparams;
+    double stall_s;               /* DDPC_CKPT_TEST_STALL: sleep halfway (tests only) */
+    ddpc_t rt;                    /* for warnings only */
+    ddpc_status_t st;             /* result */
+    char err[DDPC_ERRMSG_LEN];
+} ck_job_t;
+
+typedef struct {
+    char name[CK_NAME_MAX];
+    float *data;
+    size_t numel;
+} ck_user_t;
+
+struct ddpc_ckpt {
+    ddpc_ddp_t ddp;
+    ddpc_optim_t opt;
+    ddpc_comm_t comm;
+    ddpc_t rt;
+    int rank, size;
+    ddpc_ckpt_config_t cfg;
+    char dir[CK_DIR_MAX];
+    double stall_s;
+    char prefix[112];
+    char err[DDPC_ERRMSG_LEN];
+
+    ck_attr_t attrs[CK_MAX_ATTRS];
+    int nattrs;
+    ck_user_t *user;
+    int nuser;
+
+    /* rank 0's writer: at most one asynchronous save in flight */
+    ck_job_t job;
+    pthread_t thread;
+    int inflight;
+    ddpc_status_t async_st;       /* result of the last async save, not yet reported */
+    float *snap;                  /* host snapshot for async saves */
+    size_t snap_numel;
+};
+
+ddpc_status_t ck_err(ddpc_ckpt_t ck, ddpc_status_t st, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* ckpt.c: the tensors of a checkpoint, in file order (parameters, optimizer
+ * states, user tensors); *items is malloc'ed. Same on every rank. */
+ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *nparams);
+/* FNV-1a 64: h (start with CK_FNV_BASIS) extended by n bytes. */
+#define CK_FNV_BASIS 0xcbf29ce484222325ull
+uint64_t ck_fnv(uint64_t h, const void *p, size_t n);
+/* FNV-1a 64 of the model: (name, dtype, ndim, shape) of each parameter in order. */
+uint64_t ck_model_fingerprint(ddpc_ddp_t ddp);
+/* A message of this handle without its "ddpc[rank ...]" prefix, for ddpc_log. */
+const char *ck_body(ddpc_ckpt_t ck, const char *msg);
+/* rank 0: join an async save in flight; its status stays in ck->async_st. */
+void ck_join(ddpc_ckpt_t ck);
+
+/* write.c: write job->path crash-atomically (tmp, fsync, rename, fsync dir),
+ * then keep the newest job->keep. Sets job->st and job->err. */
+ddpc_status_t ck_write(ck_job_t *job);
+/* The checkpoint files of dir, newest (highest step) first; *paths malloc'ed. */
+int ck_list(const char *dir, char (**paths)[CK_FILE_MAX]);
+
+/* crc.c: zlib's crc32(crc, buf, len), with carry-less multiplies where the CPU has them. */
+uint32_t ck_crc32(uint32_t crc, const void *buf, size_t len);
+
+/* h5.c: HDF5 from one thread at a time, with its error printing off. */
+void ck_h5_enter(void);
+void ck_h5_leave(void);
+/* The innermost message of the first HDF5 call that failed since the last
+ * ck_h5_msg (or ck_h5_enter), then forgotten. */
+const char *ck_h5_msg(char *buf, size_t n);
+hid_t ck_fapl(void);
+int ck_attr_put(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *v);
+int ck_attr_u64(hid_t loc, const char *name, uint64_t v);
+int ck_attr_i32(hid_t loc, const char *name, int v);
+int ck_attr_f64(hid_t loc, const char *name, double v);
+int ck_attr_str(hid_t loc, const char *name, const char *s);
+/* Read a scalar attribute converted to mtype, or a string (truncated to n-1). */
+int ck_attr_get(hid_t loc, const char *name, hid_t mtype, void *v);
+int ck_attr_get_str(hid_t loc, const char *name, char *buf, size_t n);
+
+/* The pieces in which a dataset is read or written: each a single hyperslab
+ * of at most max_elems elements (but at least one innermost row), contiguous
+ * in memory: elements [off, off + n) of the item. */
+typedef struct {
+    const ck_item_t *it;
+    int d;                 /* the dimension split across pieces; -1: scalar */
+    size_t rows;           /* extent of dimension d per piece */
+    hsize_t start[8], count[8];
+    size_t off, n;
+} ck_piece_t;
+int ck_piece_first(ck_piece_t *p, const ck_item_t *it, size_t max_elems);
+int ck_piece_next(ck_piece_t *p);
+/* Select the piece in the dataset's file space; returns the memory space. */
+hid_t ck_piece_select(const ck_piece_t *p, hid_t filespace);
+
+#endif
