@@ -17,3 +17,12 @@ tests_check_trainer_LDFLAGS = $(DDPC_TEST_LD)
 tests_check_trainer_LDADD = examples/libtrainer.la $(DDPC_TEST_LIBS) -lm
 TESTS += tests/check_trainer
 endif
+
+# the trainer: ./trainer at the top of the build tree, installed in bindir
+bin_PROGRAMS += trainer
+trainer_SOURCES = examples/trainer.c
+trainer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/examples $(ZLIB_CFLAGS)
+trainer_LDADD = examples/libtrainer.la libddpc.la $(ZLIB_LIBS) -lm
+
+TESTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh
+dist_check_SCRIPTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh
