@@ -54,10 +54,18 @@ static void install_signal_handlers(void)
 }
 
 /* ------------------------------------------------------------------ BLAS threads */
-/* Whichever CBLAS is linked: weak references, so a missing one is NULL. */
-extern void openblas_set_num_threads(int n) __attribute__((weak));
-extern void bli_thread_set_num_threads(long n) __attribute__((weak));
+/* The thread-count call of the CBLAS configure found (see doc/blas.md). */
+#if defined(HAVE_OPENBLAS_SET_NUM_THREADS)
+void openblas_set_num_threads(int n);
+#define set_threads(n) openblas_set_num_threads(n)
+#elif defined(HAVE_BLI_THREAD_SET_NUM_THREADS)
+void bli_thread_set_num_threads(int64_t n);
+#define set_threads(n) bli_thread_set_num_threads(n)
+#endif
 
+/* BLAS threads per rank: --threads, else the environment's *_NUM_THREADS,
+ * else the cores this process may run on shared by the ranks of the node.
+ * Returns the count set, 0 when left to the library. */
 static int set_blas_threads(int requested, int local_size)
 {
     int n = requested;
@@ -71,11 +79,12 @@ static int set_blas_threads(int requested, int local_size)
         n = cores / (local_size > 0 ? local_size : 1);
         n = n < 1 ? 1 : n;
     }
-    if (openblas_set_num_threads)
-        openblas_set_num_threads(n);
-    if (bli_thread_set_num_threads)
-        bli_thread_set_num_threads(n);
+#ifdef set_threads
+    set_threads(n);
     return n;
+#else
+    return 0; /* a CBLAS without a known call: its own default */
+#endif
 }
 
 /* ------------------------------------------------------------------ the trainer */
