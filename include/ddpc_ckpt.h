@@ -32,8 +32,8 @@ typedef struct {
     int keep;           /* DDPC_CKPT_KEEP: newest checkpoints kept, 0 = all */
     int async;          /* DDPC_CKPT_ASYNC=0|1: save snapshots to host memory and
                            writes in a background thread */
-    size_t chunk_bytes; /* DDPC_CKPT_CHUNK_MB: load reads and broadcasts in
-                           pieces of at most this many bytes */
+    size_t chunk_bytes; /* DDPC_CKPT_CHUNK_MB: load broadcasts in windows of at
+                           most this many bytes */
 } ddpc_ckpt_config_t;
 
 #define DDPC_CKPT_CONFIG_INIT {NULL, 3, 0, (size_t)64 << 20}
@@ -100,7 +100,7 @@ DDPC_API ddpc_status_t ddpc_ckpt_wait(ddpc_ckpt_t ck);
  * with a warning and the previous one is tried). Rank 0 checks the file
  * against the registered model (names, shapes, dtypes in order; the first
  * difference is named), the optimizer's type and the user tensors, then reads
- * it and broadcasts it in pieces of chunk_bytes: parameters, optimizer state,
+ * it and broadcasts it in windows of chunk_bytes: parameters, optimizer state,
  * step count, lr and loss scale, user tensors and attributes. *meta (may be
  * NULL) gets the counters, sampler state and RNG; loaded_path (may be NULL)
  * the file's path. All ranks return the same status: DDPC_ERR_NOT_FOUND when

@@ -467,6 +467,8 @@ START_TEST(write_errors_reach_every_rank)
         ck_assert(!memcmp(before, p, n * sizeof *p)); /* the training state is untouched */
         ck_assert_uint_eq(ddpc_optim_steps(m.opt), steps);
         CK_OK(&m, ddpc_ckpt_wait(m.ck)); /* reported once */
+        ck_assert_int_eq(ddpc_ckpt_load(m.ck, NULL, NULL, NULL, 0), DDPC_ERR_IO);
+        ck_assert_ptr_nonnull(strstr(ddpc_ckpt_last_error(m.ck), "cannot list the checkpoint directory"));
         free(before);
         destroy(&m);
     }

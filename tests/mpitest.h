@@ -28,7 +28,7 @@ static int T_rank, T_size;
 static inline uint64_t fnv1a(const void *p, size_t n)
 {
     const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < n; i++)
         h = (h ^ b[i]) * 1099511628211ull;
     return h;

@@ -120,7 +120,8 @@ void ck_join(ddpc_ckpt_t ck);
 /* write.c: write job->path crash-atomically (tmp, fsync, rename, fsync dir),
  * then keep the newest job->keep. Sets job->st and job->err. */
 ddpc_status_t ck_write(ck_job_t *job);
-/* The checkpoint files of dir, newest (highest step) first; *paths malloc'ed. */
+/* The checkpoint files of dir, newest (highest step) first; *paths malloc'ed.
+ * -1 with errno if dir cannot be read. */
 int ck_list(const char *dir, char (**paths)[CK_FILE_MAX]);
 
 /* crc.c: zlib's crc32(crc, buf, len), with carry-less multiplies where the CPU has them. */

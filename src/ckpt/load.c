@@ -1,8 +1,8 @@
 /* load.c: restart. Rank 0 picks the newest checkpoint that validates, checks
  * it against the registered model, and reads it in pieces straight into its
- * own arenas, broadcasting each piece as it goes. Every rank runs the same
- * sequence of broadcasts: rank 0 sends a head per candidate file and a status
- * before each piece, so its failure reaches every rank instead of a hang. */
+ * own arenas, broadcasting them in windows as it goes. Every rank runs the
+ * same sequence of broadcasts: rank 0 sends a head per candidate file and a
+ * status before each window, so its failure reaches every rank, not a hang. */
 #define _GNU_SOURCE /* posix_fadvise */
 #include "config.h"
 #include "ckpt_internal.h"
@@ -19,7 +19,7 @@ typedef struct {
     int32_t status;               /* DDPC_OK: its tensors follow */
     char msg[DDPC_ERRMSG_LEN];
     char path[CK_FILE_MAX];
-    uint64_t chunk_elems;         /* piece size, rank 0's */
+    uint64_t chunk_elems;         /* window size, rank 0's */
     ddpc_ckpt_meta_t meta;
     int32_t has_optim;
     uint64_t osteps;
@@ -28,9 +28,9 @@ typedef struct {
     ck_attr_t attrs[CK_MAX_ATTRS];
 } head_t;
 
-/* Rank 0 -> every rank, before each piece. */
+/* Rank 0 -> every rank, before each window. */
 typedef struct {
-    int32_t status; /* DDPC_OK: the piece follows */
+    int32_t status; /* DDPC_OK: the window's floats follow */
     int32_t retry;  /* the file is bad: everyone moves on to the previous one */
 } ctl_t;
 
@@ -42,10 +42,10 @@ typedef struct {
     hid_t f;
     int fd;
     char first_bad[DDPC_ERRMSG_LEN]; /* why the newest candidate was skipped */
+    int list_errno;               /* the directory could not be read */
 } r0_t;
 
 /* ------------------------------------------------------------------ checks (rank 0) */
-
 
 static void type_str(hid_t t, char *s, size_t n)
 {
@@ -323,6 +323,9 @@ static void next_candidate(ddpc_ckpt_t ck, r0_t *r, const ck_item_t *items, int 
     if (r->first_bad[0])
         h->status = ck_err(ck, DDPC_ERR_FORMAT, "no valid checkpoint in %s: all %d are corrupt; "
                            "the newest: %.700s", ck->dir, r->ncand, r->first_bad);
+    else if (r->list_errno && r->list_errno != ENOENT)
+        h->status = ck_err(ck, DDPC_ERR_IO, "cannot list the checkpoint directory %s: %s", ck->dir,
+                           strerror(r->list_errno));
     else if (r->want)
         h->status = ck_err(ck, DDPC_ERR_NOT_FOUND, "no checkpoint %s", r->want);
     else
@@ -536,8 +539,9 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
         if (path && stat(path, &sb) == 0 && (r.cands = malloc(sizeof *r.cands))) {
             snprintf(r.cands[0], CK_FILE_MAX, "%s", path);
             r.ncand = 1;
-        } else if (!path) {
-            r.ncand = ck_list(ck->dir, &r.cands);
+        } else if (!path && (r.ncand = ck_list(ck->dir, &r.cands)) < 0) {
+            r.list_errno = errno;
+            r.ncand = 0;
         }
         ck_h5_enter();
     }

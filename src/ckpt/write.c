@@ -87,6 +87,8 @@ int ck_list(const char *dir, char (**paths)[CK_FILE_MAX])
     entry_t *e;
     int n = scan(dir, &e);
     *paths = NULL;
+    if (n < 0)
+        return -1; /* errno from opendir */
     if (n > 0 && !(*paths = malloc((size_t)n * sizeof **paths)))
         n = 0;
     for (int i = 0; i < n; i++)
