@@ -3,8 +3,10 @@
 #  - bad command lines: exit 2 and one message (rank 0's) naming the option
 #  - a missing data directory, --device cuda without the CUDA model: exit 1, clear message
 #  - 2 ranks, --max-steps: a final line, every rank's checksum equal, a valid metrics file
+#  - --grad-accum 2 with half the batch gives the same step (up to rounding)
 #  - SIGUSR1 to one rank mid-epoch: all stop at the same step, checkpoint, exit 3;
 #    the rerun resumes and ends bitwise identical to the uninterrupted run
+#  - a checkpoint of another model is refused with the difference named
 . "$(dirname "$0")/lib.sh"
 TRAINER="$top_builddir/trainer"
 DATA=${DDPC_TEST_DATA:-/usr/share/datasets/fashion-mnist}
@@ -51,6 +53,21 @@ assert all(e["loss"] > 0 and e["samples_per_s"] > 0 for e in ev if e["event"] ==
 PY
 echo "ok: metrics file"
 
+# --- gradient accumulation: 2 micro-batches of 32 make the step one batch of
+# 64 makes (the sampler deals the same samples); equal up to rounding
+for a in "64 1" "32 2"; do
+    # shellcheck disable=SC2086
+    mpirun_t 2 "$TRAINER" $COMMON --batch-size ${a% *} --grad-accum ${a#* } --max-steps 3 \
+        --ckpt-dir none --metrics "$TMP/acc${a#* }.jsonl" >"$TMP/acc" 2>&1 || { cat "$TMP/acc"; fail "accumulation run"; }
+done
+python3 - "$TMP/acc1.jsonl" "$TMP/acc2.jsonl" <<'PY' || fail "--grad-accum 2 differs from one batch twice the size"
+import json, sys
+a, b = ([json.loads(l) for l in open(f)][-1] for f in sys.argv[1:])
+print("test_loss: batch 64: %.7f, 2 x 32 accumulated: %.7f" % (a["test_loss"], b["test_loss"]))
+assert abs(a["test_loss"] - b["test_loss"]) < 1e-5 and a["test_acc"] == b["test_acc"]
+PY
+echo "ok: gradient accumulation"
+
 # --- preemption: SIGUSR1 to rank 1 only, then resume
 CK="$TMP/ck"
 # (each step sleeps 20 ms: the signal arrives mid-run however fast the machine)
@@ -84,3 +101,9 @@ cat "$TMP/p2"
 grep -q "resumed from $CK/ckpt-$(printf %08d "$stopped").h5: step $stopped" "$TMP/p2" || fail "did not resume"
 grep -q "^final: .* steps=300 .*params_crc32=$ref$" "$TMP/p2" || fail "resumed run differs from the uninterrupted one"
 echo "ok: preempted at step $stopped, resumed, bitwise identical ($ref)"
+
+# --- a checkpoint of another model is refused, naming the first difference
+expect_fail_msg 'does not match: /model/fc1.weight is float32\[32, 784\] here but float32\[64, 784\] in the checkpoint' \
+    mpirun_t 2 "$TRAINER" $COMMON --hidden 32 --max-steps 300 --ckpt-dir "$CK"
+grep -q 'use the same --model/--hidden/--optimizer, another --ckpt-dir, or --resume never' "$TMP/out" \
+    || fail "no advice with the model mismatch"
