@@ -20,8 +20,10 @@ int gpu_select(int local_rank, int local_size, int ndev, const char *visible, ch
                size_t errlen)
 {
     char cvd[96];
-    snprintf(cvd, sizeof cvd, visible ? "CUDA_VISIBLE_DEVICES=\"%s\"" : "CUDA_VISIBLE_DEVICES unset",
-             visible);
+    if (visible)
+        snprintf(cvd, sizeof cvd, "CUDA_VISIBLE_DEVICES=\"%s\"", visible);
+    else
+        snprintf(cvd, sizeof cvd, "CUDA_VISIBLE_DEVICES unset");
     if (local_rank < 0 || local_size < 1 || local_rank >= local_size) {
         snprintf(err, errlen, "local rank %d of %d is not a valid place on this node", local_rank,
                  local_size);

@@ -400,11 +400,11 @@ static int resume(trainer_t *t)
     }
     if (st != DDPC_OK) { /* every rank has the same status; rank 0 says why */
         if (t->rank == 0)
-            fprintf(stderr, "%s\n%s", ddpc_ckpt_last_error(t->ckpt),
-                    st == DDPC_ERR_MISMATCH ? "trainer: the checkpoint is of another model or "
-                                              "optimizer: use the same --model/--hidden/--optimizer, "
-                                              "another --ckpt-dir, or --resume never\n"
-                                            : "");
+            fprintf(stderr, "%s\n", ddpc_ckpt_last_error(t->ckpt));
+        if (t->rank == 0 && st == DDPC_ERR_MISMATCH)
+            fprintf(stderr, "trainer: the checkpoint is of another model or optimizer: use the "
+                            "same --model/--hidden/--optimizer, another --ckpt-dir, or --resume "
+                            "never\n");
         return -1;
     }
     if (!m.has_sampler) { /* the same file on every rank */
@@ -599,8 +599,8 @@ static void log_progress(trainer_t *t, stats_t *st, int64_t step_in_epoch, doubl
             (long long)t->steps_per_epoch, (long long)t->step, loss, acc, sps, eta);
     metric(t, "{\"event\":\"log\",\"epoch\":%llu,\"step\":%lld,\"loss\":%.6f,\"train_acc\":%.6f,"
               "\"samples_per_s\":%.1f,\"lr\":%g,\"eta_s\":%.1f}",
-           (unsigned long long)t->epoch + 1, (long long)t->step, loss, acc, sps, t->opt.lr,
-           per_step * (double)(total - t->step));
+           (unsigned long long)t->epoch + 1, (long long)t->step, loss, acc, sps,
+           ddpc_optim_config(t->optim)->lr, per_step * (double)(total - t->step));
 }
 
 typedef enum { RUN_EPOCH_DONE, RUN_MAX_STEPS, RUN_STOPPED, RUN_FAILED } run_t;
