@@ -42,15 +42,22 @@ static volatile sig_atomic_t stop_signal = 0;
 
 static void on_stop_signal(int sig) { stop_signal = sig; }
 
-static void install_signal_handlers(void)
+/* Installs the handler for SIGUSR1 and SIGTERM; returns how many of the two
+ * had another handler (an MPI library may install its own at init). */
+static int install_signal_handlers(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGUSR1, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    const int sigs[2] = {SIGUSR1, SIGTERM};
+    int replaced = 0;
+    for (int i = 0; i < 2; i++) {
+        struct sigaction sa, old;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        sigaction(sigs[i], &sa, &old);
+        replaced += old.sa_handler != on_stop_signal && old.sa_handler != SIG_DFL;
+    }
+    return replaced;
 }
 
 /* ------------------------------------------------------------------ BLAS threads */
@@ -670,6 +677,9 @@ int main(int argc, char **argv)
     t->rank = t->w->rank;
     t->size = t->w->size;
     t->comm = ddpc_comm_world(t->rt);
+    if (install_signal_handlers() && t->rank == 0) /* again: in case MPI took them */
+        fprintf(stderr, "trainer: warning: MPI had installed its own SIGUSR1/SIGTERM handler; "
+                        "the trainer's replaces it\n");
     if (prc) { /* every rank parsed the same argv: rank 0 says it */
         if (t->rank == 0)
             fprintf(stderr, "trainer: %s\n", perr);
