@@ -42,22 +42,20 @@ static volatile sig_atomic_t stop_signal = 0;
 
 static void on_stop_signal(int sig) { stop_signal = sig; }
 
-/* Installs the handler for SIGUSR1 and SIGTERM; returns how many of the two
- * had another handler (an MPI library may install its own at init). */
-static int install_signal_handlers(void)
+/* Installed before MPI_Init, on purpose: MPICH installs a SIGUSR1 handler of
+ * its own there (hydra's process-failure notification) and it calls the
+ * handler it found, so both see the signal. Installing ours after init would
+ * take SIGUSR1 away from MPICH. tests/trainer.sh and the Slurm tests check
+ * that a SIGUSR1 reaches the trainer under mpiexec and srun. */
+static void install_signal_handlers(void)
 {
-    const int sigs[2] = {SIGUSR1, SIGTERM};
-    int replaced = 0;
-    for (int i = 0; i < 2; i++) {
-        struct sigaction sa, old;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_stop_signal;
-        sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESTART;
-        sigaction(sigs[i], &sa, &old);
-        replaced += old.sa_handler != on_stop_signal && old.sa_handler != SIG_DFL;
-    }
-    return replaced;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 /* ------------------------------------------------------------------ BLAS threads */
@@ -665,7 +663,8 @@ int main(int argc, char **argv)
         fputs(options_usage(), stdout);
         return TRAINER_EXIT_OK;
     }
-    install_signal_handlers(); /* a signal during setup is acted on at the first step */
+    install_signal_handlers(); /* before MPI (see above); a signal during setup is acted
+                                  on at the first step */
 
     ddpc_config_t rc = DDPC_CONFIG_INIT;
     if (ddpc_init(&rc, &argc, &argv, &t->rt) != DDPC_OK) {
@@ -677,9 +676,6 @@ int main(int argc, char **argv)
     t->rank = t->w->rank;
     t->size = t->w->size;
     t->comm = ddpc_comm_world(t->rt);
-    if (install_signal_handlers() && t->rank == 0) /* again: in case MPI took them */
-        fprintf(stderr, "trainer: warning: MPI had installed its own SIGUSR1/SIGTERM handler; "
-                        "the trainer's replaces it\n");
     if (prc) { /* every rank parsed the same argv: rank 0 says it */
         if (t->rank == 0)
             fprintf(stderr, "trainer: %s\n", perr);
