@@ -30,5 +30,8 @@ cd build
 make -j"$(nproc)"
 [ "$mode" = --no-run ] && exit 0
 
-echo "bootstrap.sh: main job: mpiexec -n 2 ./ddpc-info"
-timeout 120 mpiexec.mpich -n 2 ./ddpc-info
+# The main job: one epoch on Fashion-MNIST over 2 ranks; checkpoints go to
+# build/checkpoints (--resume never: train again even if a previous run is there).
+echo "bootstrap.sh: main job: mpiexec.mpich -n 2 ./trainer --epochs 1 (in build/)"
+timeout 600 mpiexec.mpich -n 2 ./trainer --epochs 1 --ckpt-dir checkpoints --resume never
+echo "bootstrap.sh: done; the checkpoint is in $(pwd)/checkpoints, the options in ./trainer --help"

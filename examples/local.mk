@@ -1,1 +1,28 @@
-# examples: fragment of the top Makefile.am (sources, programs, tests of this part)
+# examples: the reference trainer (./trainer in the build tree, installed) and
+# its parts. The parts the unit tests need are a convenience library.
+noinst_LTLIBRARIES = examples/libtrainer.la
+examples_libtrainer_la_SOURCES = \
+	examples/model.h examples/model.c examples/model_cpu.c \
+	examples/options.h examples/options.c \
+	examples/device.h examples/device.c
+examples_libtrainer_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
+examples_libtrainer_la_LIBADD = $(BLAS_LIBS) -lm
+
+if HAVE_CHECK
+check_PROGRAMS += tests/check_trainer
+tests_check_trainer_SOURCES = tests/check_trainer.c
+tests_check_trainer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/examples
+tests_check_trainer_CFLAGS = $(DDPC_TEST_CF)
+tests_check_trainer_LDFLAGS = $(DDPC_TEST_LD)
+tests_check_trainer_LDADD = examples/libtrainer.la $(DDPC_TEST_LIBS) -lm
+TESTS += tests/check_trainer
+endif
+
+# the trainer: ./trainer at the top of the build tree, installed in bindir
+bin_PROGRAMS += trainer
+trainer_SOURCES = examples/trainer.c
+trainer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/examples $(ZLIB_CFLAGS)
+trainer_LDADD = examples/libtrainer.la libddpc.la $(ZLIB_LIBS) -lm
+
+TESTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh
+dist_check_SCRIPTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh

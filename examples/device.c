@@ -1,0 +1,83 @@
+/* device.c: the device a rank trains on (see device.h for the rules). */
+#include "device.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int gpu_count_visible(const char *v)
+{
+    if (!v)
+        return -1;
+    if (!*v || !strcmp(v, "NoDevFiles"))
+        return 0;
+    int n = 1;
+    for (; *v; v++)
+        n += *v == ',';
+    return n;
+}
+
+int gpu_select(int local_rank, int local_size, int ndev, const char *visible, char *err,
+               size_t errlen)
+{
+    char cvd[96];
+    if (visible)
+        snprintf(cvd, sizeof cvd, "CUDA_VISIBLE_DEVICES=\"%s\"", visible);
+    else
+        snprintf(cvd, sizeof cvd, "CUDA_VISIBLE_DEVICES unset");
+    if (local_rank < 0 || local_size < 1 || local_rank >= local_size) {
+        snprintf(err, errlen, "local rank %d of %d is not a valid place on this node", local_rank,
+                 local_size);
+        return -1;
+    }
+    if (ndev <= 0) {
+        snprintf(err, errlen, "no CUDA device visible (%s); under Slurm ask for GPUs with "
+                 "--gpus-per-node or --gpus-per-task", cvd);
+        return -1;
+    }
+    if (ndev == 1)
+        return 0;
+    if (ndev >= local_size)
+        return local_rank;
+    snprintf(err, errlen, "%d ranks on this node but %d GPUs visible (%s): one GPU per rank is "
+             "needed (srun --gpus-per-node=%d, or --gpus-per-task=1)", local_size, ndev, cvd,
+             local_size);
+    return -1;
+}
+
+int device_cuda_count(void)
+{
+#ifdef TRAINER_HAVE_CUDA_MODEL
+    return model_cuda_device_count();
+#else
+    return -1;
+#endif
+}
+
+int device_resolve(device_kind_t want, int local_rank, int local_size, int ndev,
+                   const char *visible, device_kind_t *kind, int *gpu, char *note,
+                   size_t notelen, char *err, size_t errlen)
+{
+    char why[256] = "";
+    *kind = DEVICE_CPU;
+    *gpu = -1;
+    if (notelen)
+        note[0] = 0;
+    if (want == DEVICE_CPU)
+        return 0;
+    if (ndev < 0) {
+        snprintf(why, sizeof why, "this trainer was built without the CUDA model");
+    } else {
+        int g = gpu_select(local_rank, local_size, ndev, visible, why, sizeof why);
+        if (g >= 0) {
+            *kind = DEVICE_CUDA;
+            *gpu = g;
+            return 0;
+        }
+    }
+    if (want == DEVICE_CUDA) {
+        snprintf(err, errlen, "--device cuda: %s", why);
+        return -1;
+    }
+    snprintf(note, notelen, "--device auto: using the cpu (%s)", why);
+    return 0;
+}

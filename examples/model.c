@@ -1,0 +1,71 @@
+/* model.c: what every device's model shares: the layer list, the parameter
+ * names, shapes and order, and the initialization (host memory, rank 0). */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+
+int model_num_layers(const model_spec_t *s) { return s->nhidden + 1; }
+
+int model_layer_in(const model_spec_t *s, int l) { return l == 0 ? s->inputs : s->hidden[l - 1]; }
+
+int model_layer_out(const model_spec_t *s, int l)
+{
+    return l == s->nhidden ? s->classes : s->hidden[l];
+}
+
+int model_num_params(const model_spec_t *s) { return 2 * model_num_layers(s); }
+
+void model_param_desc(const model_spec_t *s, int i, char *name, int *ndim, int64_t shape[2])
+{
+    int l = i / 2, bias = i % 2;
+    const char *what = bias ? "bias" : "weight";
+    if (s->kind == MODEL_LINEAR)
+        snprintf(name, 32, "fc.%s", what);
+    else
+        snprintf(name, 32, "fc%d.%s", l + 1, what);
+    shape[0] = model_layer_out(s, l);
+    shape[1] = model_layer_in(s, l);
+    *ndim = bias ? 1 : 2;
+}
+
+size_t model_param_count(const model_spec_t *s)
+{
+    size_t n = 0;
+    for (int l = 0; l < model_num_layers(s); l++)
+        n += (size_t)model_layer_out(s, l) * ((size_t)model_layer_in(s, l) + 1);
+    return n;
+}
+
+void model_describe(const model_spec_t *s, char *buf, size_t n)
+{
+    int k = snprintf(buf, n, "%s %d", s->kind == MODEL_LINEAR ? "linear" : "mlp", s->inputs);
+    for (int l = 0; l < model_num_layers(s) && k > 0 && (size_t)k < n; l++)
+        k += snprintf(buf + k, n - (size_t)k, "-%d", model_layer_out(s, l));
+    if (k > 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, " (%zu params)", model_param_count(s));
+}
+
+/* splitmix64: a small, portable generator; initialization needs nothing more */
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void model_init_params(const model_spec_t *s, uint64_t seed, float *params)
+{
+    uint64_t state = seed;
+    float *p = params;
+    for (int l = 0; l < model_num_layers(s); l++) {
+        size_t in = (size_t)model_layer_in(s, l), out = (size_t)model_layer_out(s, l);
+        float bound = (float)(1.0 / sqrt((double)in));
+        for (size_t i = 0; i < out * in + out; i++) { /* weight (out, in), then bias (out,) */
+            double u = (double)(splitmix64(&state) >> 11) * 0x1.0p-53; /* [0, 1) */
+            p[i] = (float)((2.0 * u - 1.0) * bound);
+        }
+        p += out * in + out;
+    }
+}

@@ -1,0 +1,170 @@
+/* model_cpu.c: the models on the CPU through a CBLAS (cblas_sgemm), float32.
+ * Forward keeps each layer's output for backward; backward walks the layers
+ * from the last to the first and reports each parameter the moment its
+ * gradient is complete, so the DDP engine can start reducing it while the
+ * earlier layers are still being computed.
+ *
+ * Shapes (B = batch, layer l maps in -> out):
+ *   act[0] = x                  (B, inputs)     the caller's, kept until backward
+ *   act[l+1] = relu(act[l] W^T + b)  (B, out)   W (out, in) row-major as PyTorch's
+ *   logits = act[L]             (B, classes)    no ReLU on the last layer
+ *   prob = softmax(logits)      (B, classes) */
+#include "model.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct model {
+    model_spec_t spec;
+    int nlayers, max_batch, B; /* B: samples of the last forward */
+    float *W[MODEL_MAX_LAYERS], *b[MODEL_MAX_LAYERS];   /* views into params */
+    float *dW[MODEL_MAX_LAYERS], *db[MODEL_MAX_LAYERS]; /* views into grads */
+    const float *act[MODEL_MAX_LAYERS + 1]; /* act[0] = x; act[l+1] in out[l] */
+    float *out[MODEL_MAX_LAYERS];           /* (max_batch, out) each */
+    float *prob;                            /* (max_batch, classes) */
+    float *d0, *d1;                         /* (max_batch, widest) gradient ping-pong */
+    const int *y;
+};
+
+static void cpu_destroy(model_t *m)
+{
+    if (!m)
+        return;
+    for (int l = 0; l < m->nlayers; l++)
+        free(m->out[l]);
+    free(m->prob);
+    free(m->d0);
+    free(m->d1);
+    free(m);
+}
+
+static model_t *cpu_create(const model_spec_t *s, int device, int max_batch, float *params,
+                           float *grads, char *err, size_t errlen)
+{
+    if (max_batch < 1 || s->nhidden < 0 || s->nhidden > MODEL_MAX_HIDDEN) {
+        snprintf(err, errlen, "model: batch %d or %d hidden layers out of range", max_batch,
+                 s->nhidden);
+        return NULL;
+    }
+    model_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, errlen, "model: out of memory");
+        return NULL;
+    }
+    m->spec = *s;
+    m->nlayers = model_num_layers(s);
+    m->max_batch = max_batch;
+    size_t off = 0, widest = 0;
+    int ok = 1;
+    for (int l = 0; l < m->nlayers; l++) {
+        size_t in = (size_t)model_layer_in(s, l), out = (size_t)model_layer_out(s, l);
+        m->W[l] = params + off;
+        m->dW[l] = grads + off;
+        off += out * in;
+        m->b[l] = params + off;
+        m->db[l] = grads + off;
+        off += out;
+        widest = in > widest ? in : widest;
+        widest = out > widest ? out : widest;
+        ok = ok && (m->out[l] = malloc((size_t)max_batch * out * sizeof(float)));
+    }
+    size_t classes = (size_t)s->classes;
+    ok = ok && (m->prob = malloc((size_t)max_batch * classes * sizeof(float)));
+    ok = ok && (m->d0 = malloc((size_t)max_batch * widest * sizeof(float)));
+    ok = ok && (m->d1 = malloc((size_t)max_batch * widest * sizeof(float)));
+    if (!ok) {
+        snprintf(err, errlen, "model: out of memory for activations of batch %d", max_batch);
+        cpu_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+static double cpu_forward(model_t *m, const float *x, const int *y, int B, int *correct)
+{
+    const int C = m->spec.classes;
+    m->B = B;
+    m->y = y;
+    m->act[0] = x;
+    for (int l = 0; l < m->nlayers; l++) {
+        const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
+        float *o = m->out[l];
+        for (int i = 0; i < B; i++) /* o = b, then o += act W^T */
+            memcpy(o + (size_t)i * out, m->b[l], (size_t)out * sizeof(float));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, out, in, 1.0f, m->act[l], in,
+                    m->W[l], in, 1.0f, o, out);
+        if (l < m->nlayers - 1)
+            for (size_t i = 0; i < (size_t)B * out; i++)
+                o[i] = o[i] > 0.0f ? o[i] : 0.0f;
+        m->act[l + 1] = o;
+    }
+    /* softmax and cross-entropy, row by row */
+    const float *logits = m->act[m->nlayers];
+    double loss = 0;
+    int hits = 0;
+    for (int i = 0; i < B; i++) {
+        const float *z = logits + (size_t)i * C;
+        float *p = m->prob + (size_t)i * C;
+        int arg = 0;
+        for (int c = 1; c < C; c++)
+            arg = z[c] > z[arg] ? c : arg;
+        double sum = 0;
+        for (int c = 0; c < C; c++) {
+            p[c] = expf(z[c] - z[arg]);
+            sum += p[c];
+        }
+        for (int c = 0; c < C; c++)
+            p[c] = (float)(p[c] / sum);
+        loss += log(sum) - (double)(z[y[i]] - z[arg]); /* -log softmax(z)[y] */
+        hits += arg == y[i];
+    }
+    if (correct)
+        *correct = hits;
+    return loss / B;
+}
+
+static int cpu_backward(model_t *m, double scale, model_grad_ready_fn cb, void *ctx)
+{
+    const int B = m->B, C = m->spec.classes;
+    /* d = dloss/dlogits = (prob - onehot(y)) * scale / B */
+    float *d = m->d0, *dprev = m->d1;
+    const float k = (float)(scale / B);
+    for (int i = 0; i < B; i++) {
+        for (int c = 0; c < C; c++)
+            d[(size_t)i * C + c] = m->prob[(size_t)i * C + c] * k;
+        d[(size_t)i * C + m->y[i]] -= k;
+    }
+    for (int l = m->nlayers - 1; l >= 0; l--) {
+        const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
+        /* db += sum over the batch of d */
+        for (int i = 0; i < B; i++)
+            for (int j = 0; j < out; j++)
+                m->db[l][j] += d[(size_t)i * out + j];
+        int rc = cb ? cb(ctx, 2 * l + 1) : 0;
+        if (rc)
+            return rc;
+        /* dW += d^T act[l]: (out, B) x (B, in) */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, d, out, m->act[l],
+                    in, 1.0f, m->dW[l], in);
+        rc = cb ? cb(ctx, 2 * l) : 0;
+        if (rc)
+            return rc;
+        if (l == 0)
+            break;
+        /* dprev = d W, through the ReLU of layer l-1: zero where its output was 0 */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, in, out, 1.0f, d, out, m->W[l],
+                    in, 0.0f, dprev, in);
+        const float *a = m->act[l];
+        for (size_t i = 0; i < (size_t)B * in; i++)
+            dprev[i] = a[i] > 0.0f ? dprev[i] : 0.0f;
+        float *t = d;
+        d = dprev;
+        dprev = t;
+    }
+    return 0;
+}
+
+const model_ops_t model_cpu_ops = {"cpu", cpu_create, cpu_destroy, cpu_forward, cpu_backward};

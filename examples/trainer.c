@@ -1,0 +1,824 @@
+/* trainer.c: the reference ddpc program. Trains a linear classifier or an MLP
+ * on MNIST-format data (Fashion-MNIST by default), data-parallel over the
+ * ranks of an mpiexec or srun launch: every rank holds a replica, reads its
+ * shard of each epoch through ddpc's sampler and loader, and ddpc's DDP
+ * engine averages the gradients while backward runs. Checkpoints, resume
+ * and preemption (SIGUSR1/SIGTERM -> checkpoint -> exit 3) make it restartable
+ * under Slurm. doc/trainer.md is the user's guide.
+ *
+ * Reading order: main() at the bottom, then train_epoch() and step().
+ * Errors: any rank may fail (a missing file, a full disk); the ranks agree
+ * with a tiny all-reduce (agree()) so that every rank stops together, and
+ * the failing rank says why. */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include "config.h"
+#include "ddpc.h"
+#include "device.h"
+#include "model.h"
+#include "options.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* Fashion-MNIST's pixel statistics (x / 255): features are (x/255 - mean) / std */
+#define PIXEL_MEAN 0.2860f
+#define PIXEL_STD 0.3530f
+#define EVAL_BATCH 1000
+
+/* ------------------------------------------------------------------ signals */
+/* Set by the handler, read at step boundaries: the only thing the handler does. */
+static volatile sig_atomic_t stop_signal = 0;
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+/* Installs the handler for SIGUSR1 and SIGTERM; returns how many of the two
+ * had another handler (an MPI library may install its own at init). */
+static int install_signal_handlers(void)
+{
+    const int sigs[2] = {SIGUSR1, SIGTERM};
+    int replaced = 0;
+    for (int i = 0; i < 2; i++) {
+        struct sigaction sa, old;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        sigaction(sigs[i], &sa, &old);
+        replaced += old.sa_handler != on_stop_signal && old.sa_handler != SIG_DFL;
+    }
+    return replaced;
+}
+
+/* ------------------------------------------------------------------ BLAS threads */
+/* The thread-count call of the CBLAS configure found (see doc/blas.md). */
+#if defined(HAVE_OPENBLAS_SET_NUM_THREADS)
+void openblas_set_num_threads(int n);
+#define set_threads(n) openblas_set_num_threads(n)
+#elif defined(HAVE_BLI_THREAD_SET_NUM_THREADS)
+void bli_thread_set_num_threads(int64_t n);
+#define set_threads(n) bli_thread_set_num_threads(n)
+#endif
+
+/* BLAS threads per rank: --threads, else the environment's *_NUM_THREADS,
+ * else the cores this process may run on shared by the ranks of the node.
+ * Returns the count set, 0 when left to the library. */
+static int set_blas_threads(int requested, int local_size)
+{
+    int n = requested;
+    if (n == 0) {
+        if (getenv("OPENBLAS_NUM_THREADS") || getenv("BLIS_NUM_THREADS") ||
+            getenv("OMP_NUM_THREADS"))
+            return 0; /* the user's environment decides */
+        cpu_set_t cs;
+        int cores = sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs)
+                                                              : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        n = cores / (local_size > 0 ? local_size : 1);
+        n = n < 1 ? 1 : n;
+    }
+#ifdef set_threads
+    set_threads(n);
+    return n;
+#else
+    return 0; /* a CBLAS without a known call: its own default */
+#endif
+}
+
+/* ------------------------------------------------------------------ the trainer */
+typedef struct {
+    options_t opt;
+    ddpc_t rt;
+    const ddpc_world_t *w;
+    int rank, size;
+    ddpc_comm_t comm;
+    ddpc_ddp_t ddp;
+    ddpc_optim_t optim;
+    const model_ops_t *ops;         /* the device's model implementation */
+    int gpu;                        /* its GPU, -1 on the cpu */
+    model_t *model;
+    size_t nparams;                 /* floats in the parameter arena */
+    ddpc_idx_t train, test;
+    ddpc_sampler_t sampler;
+    ddpc_loader_t loader;
+    ddpc_ckpt_t ckpt;               /* NULL: no checkpoints */
+    FILE *metrics;
+    char err[1024];                 /* this rank's failure, said by fail() */
+    /* where training stands (what a checkpoint saves, with the sampler state) */
+    uint64_t epoch;                 /* current epoch, 0-based */
+    int64_t step;                   /* optimizer steps done */
+    int mid_epoch;                  /* resumed inside t->epoch: the loader is positioned */
+    int64_t saved_step;             /* step of the last checkpoint written or read (-1: none) */
+    ddpc_work_t vote;               /* the stop vote in flight (see stop_vote) */
+    int32_t vote_in, vote_out;      /* its buffers: this rank's signal, the max over ranks */
+    /* this run */
+    int64_t steps_per_epoch;        /* optimizer steps of a full epoch */
+    int64_t log_every;
+    int *labels;                    /* (max batch,) int labels for the model */
+    float *eval_x;                  /* (EVAL_BATCH, dim) */
+    uint8_t *eval_y;
+    size_t *eval_idx;
+    double train_s;                 /* seconds spent in training steps */
+    double samples_run;             /* global samples trained in this run */
+    int64_t steps_run;
+    double test_loss, test_acc;     /* of the last evaluation */
+    int64_t eval_step;              /* step of the last evaluation (-1: none) */
+} trainer_t;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Record this rank's failure; returns -1. */
+static int fail(trainer_t *t, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = snprintf(t->err, sizeof t->err, "trainer[rank %d/%d %s]: ", t->rank, t->size,
+                     t->w ? t->w->host : "?");
+    vsnprintf(t->err + k, sizeof t->err - (size_t)k, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Collective: 0 when every rank's rc is 0. Otherwise each failing rank prints
+ * its message and every rank returns -1, so all stop together. A failing
+ * all-reduce leaves no way to agree: the job is aborted. */
+static int agree(trainer_t *t, int rc)
+{
+    int32_t mine = rc != 0, any = 0;
+    if (ddpc_allreduce(t->comm, &mine, &any, 1, DDPC_I32, DDPC_MAX) != DDPC_OK)
+        ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
+    if (mine)
+        fprintf(stderr, "%s\n", t->err[0] ? t->err : "trainer: failed (no message)");
+    return any ? -1 : 0;
+}
+
+/* A failure in the middle of a step cannot be agreed on (the other ranks are
+ * in a collective): end the job with the message. */
+static void fatal(trainer_t *t, const char *what, const char *msg)
+{
+    char buf[1200];
+    snprintf(buf, sizeof buf, "trainer[rank %d/%d]: %s: %s", t->rank, t->size, what, msg);
+    ddpc_abort(t->rt, TRAINER_EXIT_ERROR, buf);
+}
+
+/* rank 0 only, to stdout, flushed at once (logs of batch jobs are files) */
+static void say(trainer_t *t, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void say(trainer_t *t, const char *fmt, ...)
+{
+    if (t->rank != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+/* one JSON object per line, rank 0, flushed so that a killed job keeps it */
+static void metric(trainer_t *t, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void metric(trainer_t *t, const char *fmt, ...)
+{
+    if (t->rank != 0 || !t->metrics)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(t->metrics, fmt, ap);
+    va_end(ap);
+    fputc('\n', t->metrics);
+    fflush(t->metrics);
+}
+
+/* s as a JSON string literal, quotes included */
+static const char *json_str(const char *s, char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[k++] = '"';
+    for (; *s && k + 8 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            k += (size_t)snprintf(buf + k, n - k, "\\%c", c);
+        else if (c < 0x20)
+            k += (size_t)snprintf(buf + k, n - k, "\\u%04x", c);
+        else
+            buf[k++] = (char)c;
+    }
+    buf[k++] = '"';
+    buf[k] = 0;
+    return buf;
+}
+
+static uint32_t params_crc32(trainer_t *t)
+{
+    size_t n;
+    const float *p = ddpc_ddp_params(t->ddp, &n);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    const unsigned char *b = (const unsigned char *)p;
+    size_t bytes = n * sizeof(float);
+    while (bytes) { /* crc32 takes uInt lengths */
+        uInt chunk = bytes > (1u << 30) ? (1u << 30) : (uInt)bytes;
+        crc = crc32(crc, b, chunk);
+        b += chunk;
+        bytes -= chunk;
+    }
+    return (uint32_t)crc;
+}
+
+static void fmt_duration(double s, char *buf, size_t n)
+{
+    long x = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (x >= 3600)
+        snprintf(buf, n, "%ld:%02ld:%02ld", x / 3600, x / 60 % 60, x % 60);
+    else
+        snprintf(buf, n, "%ld:%02ld", x / 60, x % 60);
+}
+
+/* ------------------------------------------------------------------ setup */
+static int open_data(trainer_t *t)
+{
+    char img[4096], lab[4096];
+    ddpc_idx_config_t c = DDPC_IDX_CONFIG_INIT;
+    c.num_classes = t->opt.model.classes;
+    c.mean = PIXEL_MEAN;
+    c.std = PIXEL_STD;
+    c.rank = t->rank;
+    c.world = t->size;
+    const char *splits[2] = {"train", "t10k"};
+    ddpc_idx_t *ds[2] = {&t->train, &t->test};
+    for (int i = 0; i < 2; i++) {
+        struct stat sb;
+        if (stat(t->opt.data, &sb) || !S_ISDIR(sb.st_mode))
+            return fail(t, "--data \"%s\": not a directory (%s)%s", t->opt.data,
+                        errno ? strerror(errno) : "not a directory",
+                        strcmp(t->opt.data, TRAINER_DEFAULT_DATA)
+                            ? ""
+                            : "; install Debian's dataset-fashion-mnist or pass --data DIR");
+        if (ddpc_idx_default_paths(t->opt.data, splits[i], img, lab, sizeof img))
+            return fail(t, "--data \"%s\": path too long", t->opt.data);
+        if (ddpc_idx_open(img, lab, &c, ds[i]) != DDPC_OK)
+            return fail(t, "%s", ddpc_idx_last_error(*ds[i]));
+    }
+    size_t dim = ddpc_idx_dim(t->train);
+    if (ddpc_idx_dim(t->test) != dim)
+        return fail(t, "--data \"%s\": train images have %zu pixels, test images %zu", t->opt.data,
+                    dim, ddpc_idx_dim(t->test));
+    if ((size_t)t->size > ddpc_idx_count(t->train) || (size_t)t->size > ddpc_idx_count(t->test))
+        return fail(t, "%d ranks but only %zu training / %zu test samples", t->size,
+                    ddpc_idx_count(t->train), ddpc_idx_count(t->test));
+    t->opt.model.inputs = (int)dim;
+    return 0;
+}
+
+static int grad_ready(void *ctx, int p)
+{
+    return ddpc_ddp_grad_ready((ddpc_ddp_t)ctx, p) != DDPC_OK;
+}
+
+/* Register the model's parameters, build the engine, initialize on rank 0
+ * and broadcast, create the optimizer and the device's model. */
+static int build_model(trainer_t *t)
+{
+    const options_t *o = &t->opt;
+    ddpc_ddp_config_t dc = DDPC_DDP_CONFIG_INIT;
+    if (ddpc_ddp_create(t->comm, &dc, &t->ddp) != DDPC_OK)
+        return fail(t, "%s", ddpc_ddp_last_error(t->ddp));
+    for (int i = 0; i < model_num_params(&o->model); i++) {
+        char name[32];
+        int ndim;
+        int64_t shape[2];
+        model_param_desc(&o->model, i, name, &ndim, shape);
+        if (ddpc_ddp_add_param(t->ddp, name, ndim, shape, NULL) != DDPC_OK)
+            return fail(t, "%s", ddpc_ddp_last_error(t->ddp));
+    }
+    return 0;
+}
+
+static int start_model(trainer_t *t)
+{
+    const options_t *o = &t->opt;
+    float *params = ddpc_ddp_params(t->ddp, &t->nparams);
+    size_t ng;
+    float *grads = ddpc_ddp_grads(t->ddp, &ng);
+    if (t->rank == 0)
+        model_init_params(&o->model, o->seed, params);
+    int max_batch = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
+    char err[256];
+    t->model = t->ops->create(&o->model, t->gpu, max_batch, params, grads, err, sizeof err);
+    if (!t->model)
+        return fail(t, "%s", err);
+    ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
+    oc.type = (ddpc_optim_type_t)o->optimizer;
+    oc.lr = o->lr;
+    oc.momentum = o->optimizer == DDPC_OPTIM_SGD ? o->momentum : 0.0;
+    oc.weight_decay = o->weight_decay;
+    oc.clip_norm = o->clip;
+    if (ddpc_optim_create(t->ddp, &oc, &t->optim) != DDPC_OK)
+        return fail(t, "%s", ddpc_ddp_last_error(t->ddp));
+    t->labels = malloc((size_t)max_batch * sizeof(int));
+    t->eval_x = malloc((size_t)EVAL_BATCH * ddpc_idx_dim(t->test) * sizeof(float));
+    t->eval_y = malloc(EVAL_BATCH);
+    t->eval_idx = malloc(EVAL_BATCH * sizeof(size_t));
+    if (!t->labels || !t->eval_x || !t->eval_y || !t->eval_idx)
+        return fail(t, "out of memory for batch buffers");
+    return 0;
+}
+
+static int start_data(trainer_t *t)
+{
+    ddpc_sampler_config_t sc = DDPC_SAMPLER_CONFIG_INIT;
+    sc.seed = t->opt.seed;
+    sc.shuffle = 1;
+    sc.drop_last = 0;
+    if (ddpc_sampler_create(ddpc_idx_count(t->train), t->rank, t->size,
+                            (size_t)t->opt.batch_size, &sc, &t->sampler) != DDPC_OK)
+        return fail(t, "%s", ddpc_sampler_last_error(t->sampler));
+    if (ddpc_loader_create(t->train, t->sampler, NULL, &t->loader) != DDPC_OK)
+        return fail(t, "%s", ddpc_loader_last_error(t->loader));
+    int64_t batches = (int64_t)ddpc_sampler_num_batches(t->sampler);
+    t->steps_per_epoch = (batches + t->opt.grad_accum - 1) / t->opt.grad_accum;
+    t->log_every = t->opt.log_every ? t->opt.log_every
+                                    : (t->steps_per_epoch >= 10 ? t->steps_per_epoch / 10 : 1);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ checkpoints */
+static int open_checkpoints(trainer_t *t)
+{
+    const options_t *o = &t->opt;
+    static char dir[4096];
+    ddpc_ckpt_config_t c = DDPC_CKPT_CONFIG_INIT;
+    if (o->ckpt_dir) {
+        c.dir = o->ckpt_dir;
+    } else if (o->resume == RESUME_FILE) { /* read only: the file's directory */
+        snprintf(dir, sizeof dir, "%s", o->resume_file);
+        c.dir = dirname(dir);
+    } else {
+        return 0;
+    }
+    c.keep = o->ckpt_keep;
+    if (ddpc_ckpt_create(t->ddp, t->optim, &c, &t->ckpt) != DDPC_OK)
+        return fail(t, "%s", ddpc_ckpt_last_error(t->ckpt));
+    char desc[128];
+    model_describe(&o->model, desc, sizeof desc);
+    if (ddpc_ckpt_set_user_attr_string(t->ckpt, "trainer_model", desc) != DDPC_OK ||
+        ddpc_ckpt_set_user_attr_string(t->ckpt, "trainer_data", o->data) != DDPC_OK ||
+        ddpc_ckpt_set_user_attr_double(t->ckpt, "trainer_batch_size", o->batch_size) != DDPC_OK ||
+        ddpc_ckpt_set_user_attr_double(t->ckpt, "trainer_grad_accum", o->grad_accum) != DDPC_OK)
+        return fail(t, "%s", ddpc_ckpt_last_error(t->ckpt));
+    return 0;
+}
+
+/* Collective: --resume. Parameters, optimizer state and the data position
+ * come back from rank 0's read of the file; the loader is positioned so that
+ * the next batch is the one the saved run would have drawn next. */
+static int resume(trainer_t *t)
+{
+    const options_t *o = &t->opt;
+    if (!t->ckpt || o->resume == RESUME_NEVER)
+        return 0;
+    ddpc_ckpt_meta_t m;
+    char path[4096];
+    ddpc_status_t st = ddpc_ckpt_load(t->ckpt, o->resume == RESUME_FILE ? o->resume_file : NULL,
+                                      &m, path, sizeof path);
+    if (st == DDPC_ERR_NOT_FOUND && o->resume == RESUME_AUTO) {
+        say(t, "trainer: no checkpoint in %s: starting from scratch\n", o->ckpt_dir);
+        return 0;
+    }
+    if (st != DDPC_OK) { /* every rank has the same status; rank 0 says why */
+        if (t->rank == 0)
+            fprintf(stderr, "%s\n", ddpc_ckpt_last_error(t->ckpt));
+        if (t->rank == 0 && st == DDPC_ERR_MISMATCH)
+            fprintf(stderr, "trainer: the checkpoint is of another model or optimizer: use the "
+                            "same --model/--hidden/--optimizer, another --ckpt-dir, or --resume "
+                            "never\n");
+        return -1;
+    }
+    if (!m.has_sampler) { /* the same file on every rank */
+        if (t->rank == 0)
+            fprintf(stderr, "trainer: %s holds no data position (sampler state): not a trainer "
+                            "checkpoint\n", path);
+        return -1;
+    }
+    t->step = (int64_t)m.step;
+    t->saved_step = t->step;
+    ddpc_sampler_state_t s = {m.sampler_seed, m.sampler_epoch, m.sampler_consumed,
+                              m.sampler_dataset_size, m.sampler_shuffle, m.sampler_drop_last};
+    if (s.consumed >= s.dataset_size) { /* saved at an epoch's end: start the next */
+        t->epoch = s.epoch + 1;
+    } else {
+        t->epoch = s.epoch;
+        int rc = 0;
+        if (ddpc_loader_resume(t->loader, &s) != DDPC_OK)
+            rc = fail(t, "resuming from %s: %s", path, ddpc_loader_last_error(t->loader));
+        if (agree(t, rc))
+            return -1;
+        t->mid_epoch = 1;
+    }
+    say(t, "trainer: resumed from %s: step %lld, epoch %llu, %llu of %llu samples of the epoch "
+           "done (saved by %d rank(s))\n",
+        path, (long long)t->step, (unsigned long long)s.epoch + 1,
+        (unsigned long long)s.consumed, (unsigned long long)s.dataset_size, m.world_size);
+    return 0;
+}
+
+/* Collective: write a checkpoint of the state after the last optimizer step. */
+static int save_checkpoint(trainer_t *t, const char *why)
+{
+    if (!t->ckpt || !t->opt.ckpt_dir || t->saved_step == t->step)
+        return 0;
+    ddpc_sampler_state_t s;
+    if (ddpc_loader_get_state(t->loader, &s) != DDPC_OK)
+        fatal(t, "checkpoint", ddpc_loader_last_error(t->loader));
+    ddpc_ckpt_meta_t m;
+    memset(&m, 0, sizeof m);
+    m.step = (uint64_t)t->step;
+    m.epoch = s.epoch;
+    m.has_sampler = 1;
+    m.sampler_seed = s.seed;
+    m.sampler_epoch = s.epoch;
+    m.sampler_consumed = s.consumed;
+    m.sampler_dataset_size = s.dataset_size;
+    m.sampler_shuffle = s.shuffle;
+    m.sampler_drop_last = s.drop_last;
+    double t0 = now();
+    if (ddpc_ckpt_save(t->ckpt, &m) != DDPC_OK) { /* rank 0's status on every rank */
+        if (t->rank == 0)
+            fprintf(stderr, "%s\n", ddpc_ckpt_last_error(t->ckpt));
+        return -1;
+    }
+    t->saved_step = t->step;
+    say(t, "checkpoint: %s/ckpt-%08lld.h5 (%s, step %lld, %.2fs)\n", t->opt.ckpt_dir,
+        (long long)t->step, why, (long long)t->step, now() - t0);
+    char path[4200], js[8400];
+    snprintf(path, sizeof path, "%s/ckpt-%08lld.h5", t->opt.ckpt_dir, (long long)t->step);
+    metric(t, "{\"event\":\"checkpoint\",\"step\":%lld,\"reason\":\"%s\",\"path\":%s}",
+           (long long)t->step, why, json_str(path, js, sizeof js));
+    return 0;
+}
+
+/* ------------------------------------------------------------------ evaluation */
+/* Collective: the test set split into contiguous shards, one per rank, every
+ * sample counted once; loss and hits summed over the ranks. */
+static int evaluate(trainer_t *t)
+{
+    size_t N = ddpc_idx_count(t->test);
+    size_t lo = N * (size_t)t->rank / (size_t)t->size;
+    size_t hi = N * (size_t)(t->rank + 1) / (size_t)t->size;
+    double sums[2] = {0, 0}; /* loss * samples, hits */
+    for (size_t b = lo; b < hi; b += EVAL_BATCH) {
+        size_t n = hi - b < EVAL_BATCH ? hi - b : EVAL_BATCH;
+        for (size_t i = 0; i < n; i++)
+            t->eval_idx[i] = b + i;
+        if (ddpc_idx_gather(t->test, t->eval_idx, n, t->eval_x, t->eval_y) != DDPC_OK)
+            fatal(t, "evaluation", ddpc_idx_last_error(t->test));
+        for (size_t i = 0; i < n; i++)
+            t->labels[i] = t->eval_y[i];
+        int hits = 0;
+        sums[0] += t->ops->forward(t->model, t->eval_x, t->labels, (int)n, &hits) * (double)n;
+        sums[1] += hits;
+    }
+    double total[2];
+    if (ddpc_allreduce(t->comm, sums, total, 2, DDPC_F64, DDPC_SUM) != DDPC_OK)
+        fatal(t, "evaluation", ddpc_last_error(t->rt));
+    t->test_loss = total[0] / (double)N;
+    t->test_acc = total[1] / (double)N;
+    t->eval_step = t->step;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ training */
+typedef struct {
+    double loss_sum;  /* sum over micro-batches of their mean loss */
+    double batches;   /* micro-batches */
+    double hits;      /* correct predictions */
+    double samples;   /* samples */
+} stats_t;
+
+/* One optimizer step: k micro-batches (gradient accumulation), the last one
+ * synchronizing. Returns the samples this rank used (0: the epoch is over). */
+static size_t step(trainer_t *t, int k, stats_t *st)
+{
+    size_t used = 0;
+    for (int m = 0; m < k; m++) {
+        ddpc_batch_t b;
+        if (ddpc_loader_next(t->loader, &b) != DDPC_OK)
+            fatal(t, "data", ddpc_loader_last_error(t->loader));
+        if (b.n == 0)
+            fatal(t, "data", "the loader ran out of batches inside an accumulation window");
+        for (size_t i = 0; i < b.n; i++)
+            t->labels[i] = b.y[i];
+        ddpc_status_t s = ddpc_ddp_set_sync(t->ddp, m == k - 1);
+        if (s == DDPC_OK && m == 0)
+            s = ddpc_ddp_zero_grad(t->ddp);
+        if (s != DDPC_OK)
+            fatal(t, "ddp", ddpc_ddp_last_error(t->ddp));
+        int hits = 0;
+        double loss = t->ops->forward(t->model, b.x, t->labels, (int)b.n, &hits);
+        if (t->ops->backward(t->model, 1.0 / k, grad_ready, t->ddp) ||
+            ddpc_ddp_wait(t->ddp) != DDPC_OK)
+            fatal(t, "ddp", ddpc_ddp_last_error(t->ddp));
+        st->loss_sum += loss;
+        st->batches += 1;
+        st->hits += hits;
+        st->samples += (double)b.n;
+        used += b.n;
+    }
+    if (ddpc_optim_step(t->optim, NULL) != DDPC_OK)
+        fatal(t, "optimizer", ddpc_ddp_last_error(t->ddp));
+    t->step++;
+    return used;
+}
+
+/* Collective: the result of the stop vote in flight, 0 when none. */
+static int finish_vote(trainer_t *t)
+{
+    if (!t->vote)
+        return 0;
+    if (ddpc_work_wait(t->vote, -1) != DDPC_OK)
+        fatal(t, "stop vote", ddpc_last_error(t->rt));
+    t->vote = NULL;
+    return t->vote_out;
+}
+
+/* Collective, every --stop-check-every steps: did a stop signal reach any
+ * rank? All ranks learn the same answer after the same step. The vote is
+ * pipelined: the all-reduce launched after one check runs on the
+ * communicator's thread during the next steps and is read at the next check,
+ * so no step waits for it; a signal is acted on one check later. */
+static int stop_vote(trainer_t *t)
+{
+    if (t->step % t->opt.stop_check_every)
+        return 0;
+    int any = finish_vote(t);
+    if (any)
+        return any;
+    t->vote_in = stop_signal;
+    if (ddpc_iallreduce(t->comm, &t->vote_in, &t->vote_out, 1, DDPC_I32, DDPC_MAX, &t->vote) !=
+        DDPC_OK)
+        fatal(t, "stop vote", ddpc_last_error(t->rt));
+    return 0;
+}
+
+/* Collective: the loss and accuracy since the last log, over all ranks. */
+static void log_progress(trainer_t *t, stats_t *st, int64_t step_in_epoch, double t_epoch,
+                         double samples_epoch)
+{
+    double sums[4] = {st->loss_sum, st->batches, st->hits, st->samples}, g[4];
+    if (ddpc_allreduce(t->comm, sums, g, 4, DDPC_F64, DDPC_SUM) != DDPC_OK)
+        fatal(t, "log", ddpc_last_error(t->rt));
+    memset(st, 0, sizeof *st);
+    if (t->rank != 0)
+        return;
+    double elapsed = now() - t_epoch;
+    double sps = elapsed > 0 ? samples_epoch / elapsed : 0;
+    /* time left: the steps still to do in this run, at this run's pace */
+    int64_t total = (int64_t)t->opt.epochs * t->steps_per_epoch;
+    if (t->opt.max_steps && t->opt.max_steps < total)
+        total = t->opt.max_steps;
+    double per_step = t->steps_run ? t->train_s / (double)t->steps_run : 0;
+    char eta[32];
+    fmt_duration(per_step * (double)(total - t->step), eta, sizeof eta);
+    double loss = g[1] ? g[0] / g[1] : 0, acc = g[3] ? g[2] / g[3] : 0;
+    if (!t->opt.quiet)
+        say(t, "epoch %llu/%d step %lld/%lld (%lld) loss %.4f acc %.3f %.0f samples/s eta %s\n",
+            (unsigned long long)t->epoch + 1, t->opt.epochs, (long long)step_in_epoch,
+            (long long)t->steps_per_epoch, (long long)t->step, loss, acc, sps, eta);
+    metric(t, "{\"event\":\"log\",\"epoch\":%llu,\"step\":%lld,\"loss\":%.6f,\"train_acc\":%.6f,"
+              "\"samples_per_s\":%.1f,\"lr\":%g,\"eta_s\":%.1f}",
+           (unsigned long long)t->epoch + 1, (long long)t->step, loss, acc, sps,
+           ddpc_optim_config(t->optim)->lr, per_step * (double)(total - t->step));
+}
+
+typedef enum { RUN_EPOCH_DONE, RUN_MAX_STEPS, RUN_STOPPED, RUN_FAILED } run_t;
+
+/* Train what is left of the current epoch. */
+static run_t train_epoch(trainer_t *t)
+{
+    const int K = t->opt.grad_accum;
+    /* for the preemption tests only: slow each step down so that a signal
+     * sent from outside reliably arrives mid-run, however fast the machine */
+    const char *slow = getenv("DDPC_TRAINER_TEST_STEP_SLEEP");
+    const double sleep_s = slow ? atof(slow) : 0;
+    size_t batches_left = ddpc_sampler_num_batches(t->sampler); /* of this pass */
+    stats_t st = {0, 0, 0, 0}; /* since the last progress line */
+    double t_epoch = now(), samples_epoch = 0;
+    while (batches_left > 0) {
+        if (t->opt.max_steps && t->step >= t->opt.max_steps)
+            return RUN_MAX_STEPS;
+        int k = batches_left < (size_t)K ? (int)batches_left : K;
+        double t0 = now();
+        stats_t s1 = {0, 0, 0, 0};
+        step(t, k, &s1);
+        t->train_s += now() - t0;
+        if (sleep_s > 0)
+            nanosleep(&(struct timespec){(time_t)sleep_s, (long)(fmod(sleep_s, 1.0) * 1e9)}, NULL);
+        t->steps_run++;
+        batches_left -= (size_t)k;
+        samples_epoch += s1.samples * t->size;
+        t->samples_run += s1.samples * t->size;
+        st.loss_sum += s1.loss_sum, st.batches += s1.batches, st.hits += s1.hits;
+        st.samples += s1.samples;
+        int64_t in_epoch = t->steps_per_epoch - (int64_t)((batches_left + K - 1) / K);
+        if (in_epoch % t->log_every == 0 || batches_left == 0)
+            log_progress(t, &st, in_epoch, t_epoch, samples_epoch);
+        if (stop_vote(t))
+            return RUN_STOPPED;
+        if (t->opt.ckpt_every && t->step % t->opt.ckpt_every == 0 && save_checkpoint(t, "periodic"))
+            return RUN_FAILED;
+    }
+    return RUN_EPOCH_DONE;
+}
+
+/* ------------------------------------------------------------------ main */
+int main(int argc, char **argv)
+{
+    trainer_t T;
+    trainer_t *t = &T;
+    memset(t, 0, sizeof *t);
+    t->eval_step = -1;
+    t->saved_step = -1;
+    options_default(&t->opt);
+    char perr[512];
+    int prc = options_parse(&t->opt, argc, argv, perr, sizeof perr);
+    if (prc == 0 && t->opt.help) {
+        fputs(options_usage(), stdout);
+        return TRAINER_EXIT_OK;
+    }
+    install_signal_handlers(); /* a signal during setup is acted on at the first step */
+
+    ddpc_config_t rc = DDPC_CONFIG_INIT;
+    if (ddpc_init(&rc, &argc, &argv, &t->rt) != DDPC_OK) {
+        fprintf(stderr, "trainer: %s\n", t->rt ? ddpc_last_error(t->rt) : ddpc_init_error());
+        ddpc_finalize(t->rt);
+        return prc ? TRAINER_EXIT_USAGE : TRAINER_EXIT_ERROR;
+    }
+    t->w = ddpc_world(t->rt);
+    t->rank = t->w->rank;
+    t->size = t->w->size;
+    t->comm = ddpc_comm_world(t->rt);
+    if (install_signal_handlers() && t->rank == 0) /* again: in case MPI took them */
+        fprintf(stderr, "trainer: warning: MPI had installed its own SIGUSR1/SIGTERM handler; "
+                        "the trainer's replaces it\n");
+    if (prc) { /* every rank parsed the same argv: rank 0 says it */
+        if (t->rank == 0)
+            fprintf(stderr, "trainer: %s\n", perr);
+        ddpc_finalize(t->rt);
+        return TRAINER_EXIT_USAGE;
+    }
+    const options_t *o = &t->opt;
+    int code = TRAINER_EXIT_ERROR;
+
+    /* device, threads, data, model */
+    device_kind_t dev;
+    int gpu;
+    char note[512] = "";
+    char derr[512];
+    int rc1 = device_resolve(o->device, t->w->local_rank, t->w->local_size, device_cuda_count(),
+                             getenv("CUDA_VISIBLE_DEVICES"), &dev, &gpu, note, sizeof note,
+                             derr, sizeof derr);
+    if (rc1)
+        fail(t, "%s", derr);
+    t->gpu = gpu;
+    t->ops = &model_cpu_ops;
+#ifdef TRAINER_HAVE_CUDA_MODEL
+    if (dev == DEVICE_CUDA)
+        t->ops = &model_cuda_ops;
+#endif
+    if (agree(t, rc1))
+        goto out;
+    int threads = dev == DEVICE_CPU ? set_blas_threads(o->threads, t->w->local_size) : 0;
+    if (agree(t, open_data(t)) || agree(t, build_model(t)))
+        goto out;
+    if (ddpc_ddp_build(t->ddp) != DDPC_OK) { /* collective: fails on all ranks together */
+        if (t->rank == 0)
+            fprintf(stderr, "%s\n", ddpc_ddp_last_error(t->ddp));
+        goto out;
+    }
+    if (agree(t, start_model(t)) || agree(t, start_data(t)))
+        goto out;
+    int mrc = 0;
+    if (o->metrics && t->rank == 0 && !(t->metrics = fopen(o->metrics, "a")))
+        mrc = fail(t, "--metrics \"%s\": cannot open for appending: %s", o->metrics,
+                   strerror(errno));
+    if (agree(t, mrc))
+        goto out;
+
+    char desc[128];
+    model_describe(&o->model, desc, sizeof desc);
+    if (note[0])
+        say(t, "%s\n", note);
+    say(t, "trainer: %d rank(s) on %d node(s) via %s, device %s", t->size, t->w->num_nodes,
+        ddpc_source_name(t->w->source), dev == DEVICE_CPU ? "cpu" : "cuda");
+    if (threads)
+        say(t, " (%s, %d thread(s) per rank)", DDPC_BLAS_NAME, threads);
+    say(t, "\ntrainer: model %s, %s lr %g, batch %d x %d rank(s) x %d accum, %lld steps/epoch\n",
+        desc, ddpc_optim_name((ddpc_optim_type_t)o->optimizer), o->lr, o->batch_size, t->size,
+        o->grad_accum, (long long)t->steps_per_epoch);
+
+    /* where to start: rank 0's initial parameters everywhere, or a checkpoint */
+    if (ddpc_ddp_broadcast_params(t->ddp) != DDPC_OK) {
+        if (t->rank == 0)
+            fprintf(stderr, "%s\n", ddpc_last_error(t->rt));
+        goto out;
+    }
+    if (agree(t, open_checkpoints(t)) || resume(t))
+        goto out;
+
+    /* the epochs; a resumed run starts inside the epoch it stopped in */
+    run_t how = RUN_EPOCH_DONE;
+    for (; t->epoch < (uint64_t)o->epochs; t->epoch++) {
+        if (!t->mid_epoch && ddpc_loader_set_epoch(t->loader, t->epoch) != DDPC_OK)
+            fatal(t, "data", ddpc_loader_last_error(t->loader));
+        t->mid_epoch = 0;
+        double t0 = now(), s0 = t->samples_run;
+        how = train_epoch(t);
+        if (how != RUN_EPOCH_DONE)
+            break;
+        double secs = now() - t0;
+        evaluate(t);
+        say(t, "epoch %llu/%d done: test_acc=%.4f test_loss=%.4f time=%.1fs samples_per_s=%.0f\n",
+            (unsigned long long)t->epoch + 1, o->epochs, t->test_acc, t->test_loss, secs,
+            secs > 0 ? (t->samples_run - s0) / secs : 0);
+        metric(t, "{\"event\":\"epoch\",\"epoch\":%llu,\"step\":%lld,\"test_acc\":%.6f,"
+                  "\"test_loss\":%.6f,\"epoch_s\":%.3f,\"samples_per_s\":%.1f}",
+               (unsigned long long)t->epoch + 1, (long long)t->step, t->test_acc, t->test_loss,
+               secs, secs > 0 ? (t->samples_run - s0) / secs : 0);
+        if (save_checkpoint(t, "end of epoch")) {
+            how = RUN_FAILED;
+            break;
+        }
+    }
+    if (how == RUN_FAILED)
+        goto out;
+    if (how != RUN_STOPPED)
+        finish_vote(t); /* training is complete: a signal now changes nothing */
+    if (how == RUN_STOPPED) {
+        say(t, "trainer: stop signal: stopping at step %lld (epoch %llu)\n", (long long)t->step,
+            (unsigned long long)t->epoch + 1);
+        if (save_checkpoint(t, "stop signal"))
+            goto out;
+        if (!t->ckpt || !o->ckpt_dir)
+            say(t, "trainer: no checkpoint written (--ckpt-dir none)\n");
+        metric(t, "{\"event\":\"preempted\",\"epoch\":%llu,\"step\":%lld}",
+               (unsigned long long)t->epoch + 1, (long long)t->step);
+        say(t, "trainer: preempted: exit %d (requeue to continue)\n", TRAINER_EXIT_PREEMPTED);
+        code = TRAINER_EXIT_PREEMPTED;
+        goto out;
+    }
+    if (save_checkpoint(t, "end"))
+        goto out;
+    if (t->eval_step != t->step)
+        evaluate(t);
+
+    uint32_t crc = params_crc32(t);
+    double sps = t->train_s > 0 ? t->samples_run / t->train_s : 0;
+    say(t, "final: test_acc=%.4f test_loss=%.4f steps=%lld samples_per_s=%.0f params_crc32=%08x\n",
+        t->test_acc, t->test_loss, (long long)t->step, sps, crc);
+    metric(t, "{\"event\":\"final\",\"test_acc\":%.6f,\"test_loss\":%.6f,\"steps\":%lld,"
+              "\"samples_per_s\":%.1f,\"params_crc32\":\"%08x\"}",
+           t->test_acc, t->test_loss, (long long)t->step, sps, crc);
+    if (o->print_crc_all) {
+        printf("rank %d: params_crc32=%08x\n", t->rank, crc);
+        fflush(stdout);
+    }
+    code = TRAINER_EXIT_OK;
+
+out:
+    if (t->metrics)
+        fclose(t->metrics);
+    ddpc_loader_destroy(t->loader);
+    ddpc_sampler_destroy(t->sampler);
+    ddpc_idx_close(t->train);
+    ddpc_idx_close(t->test);
+    if (t->model)
+        t->ops->destroy(t->model);
+    ddpc_optim_destroy(t->optim);
+    ddpc_ddp_destroy(t->ddp);
+    free(t->labels);
+    free(t->eval_x);
+    free(t->eval_y);
+    free(t->eval_idx);
+    ddpc_finalize(t->rt);
+    return code;
+}

@@ -1,0 +1,341 @@
+/* check_trainer.c: the trainer's parts that need no MPI: option parsing and
+ * its errors, the models' gradients against finite differences (linear and
+ * MLP, small sizes), the order in which backward reports gradients, and the
+ * GPU selection rule. */
+#include "device.h"
+#include "model.h"
+#include "options.h"
+
+#include <check.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ options */
+static int parse(options_t *o, char *err, size_t n, ...)
+{
+    char *argv[64] = {"trainer"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, n);
+    for (char *a; (a = va_arg(ap, char *)) && argc < 63;)
+        argv[argc++] = a;
+    va_end(ap);
+    options_default(o);
+    err[0] = 0;
+    return options_parse(o, argc, argv, err, n);
+}
+
+#define PARSE_OK(o, ...)                                                                       \
+    do {                                                                                       \
+        char e_[256];                                                                          \
+        ck_assert_msg(parse(o, e_, sizeof e_, __VA_ARGS__, NULL) == 0, "%s", e_);              \
+    } while (0)
+
+/* parse must fail and its message contain each of the strings given */
+#define PARSE_BAD(want1, want2, ...)                                                           \
+    do {                                                                                       \
+        options_t o_;                                                                          \
+        char e_[256];                                                                          \
+        ck_assert_int_eq(parse(&o_, e_, sizeof e_, __VA_ARGS__, NULL), -1);                    \
+        ck_assert_msg(strstr(e_, want1) && strstr(e_, want2),                                  \
+                      "message \"%s\" lacks \"%s\"/\"%s\"", e_, want1, want2);                 \
+    } while (0)
+
+START_TEST(options_defaults)
+{
+    options_t o;
+    PARSE_OK(&o, "--quiet");
+    ck_assert_str_eq(o.data, TRAINER_DEFAULT_DATA);
+    ck_assert_int_eq(o.model.kind, MODEL_MLP);
+    ck_assert_int_eq(o.optimizer, DDPC_OPTIM_SGD);
+    ck_assert(o.lr == 0.05 && o.weight_decay == 0 && o.momentum == 0.9);
+    ck_assert_int_eq(o.resume, RESUME_AUTO);
+    ck_assert_int_eq(o.device, DEVICE_AUTO);
+    ck_assert_str_eq(o.ckpt_dir, "checkpoints");
+    ck_assert_int_eq(o.grad_accum, 1);
+    PARSE_OK(&o, "--optimizer", "adamw");
+    ck_assert(o.lr == 0.001 && o.weight_decay == 0.01);
+    ck_assert_ptr_nonnull(strstr(options_usage(), "--resume auto|never|FILE"));
+}
+END_TEST
+
+START_TEST(options_values)
+{
+    options_t o;
+    PARSE_OK(&o, "--data", "/d", "--model=mlp", "--hidden", "1024,512,3", "--epochs", "7",
+             "--max-steps", "100", "--batch-size=32", "--optimizer", "adamw", "--lr", "3e-4",
+             "--momentum", "0", "--weight-decay", "0", "--grad-accum", "4", "--clip", "1.5",
+             "--seed", "9", "--ckpt-dir", "run", "--ckpt-every", "50", "--ckpt-keep", "2",
+             "--resume", "run/ckpt-00000050.h5", "--metrics", "m.jsonl", "--device", "cpu",
+             "--log-every", "5", "--print-crc-all", "--threads", "2");
+    ck_assert_str_eq(o.data, "/d");
+    ck_assert_int_eq(o.model.nhidden, 3);
+    ck_assert_int_eq(o.model.hidden[0], 1024);
+    ck_assert_int_eq(o.model.hidden[2], 3);
+    ck_assert_int_eq(o.epochs, 7);
+    ck_assert_int_eq(o.max_steps, 100);
+    ck_assert_int_eq(o.batch_size, 32);
+    ck_assert(o.lr == 3e-4 && o.weight_decay == 0 && o.clip == 1.5);
+    ck_assert_int_eq(o.grad_accum, 4);
+    ck_assert_uint_eq(o.seed, 9);
+    ck_assert_str_eq(o.ckpt_dir, "run");
+    ck_assert_int_eq(o.ckpt_every, 50);
+    ck_assert_int_eq(o.ckpt_keep, 2);
+    ck_assert_int_eq(o.resume, RESUME_FILE);
+    ck_assert_str_eq(o.resume_file, "run/ckpt-00000050.h5");
+    ck_assert_str_eq(o.metrics, "m.jsonl");
+    ck_assert_int_eq(o.device, DEVICE_CPU);
+    ck_assert_int_eq(o.print_crc_all, 1);
+    ck_assert_int_eq(o.threads, 2);
+    PARSE_OK(&o, "--model", "linear", "--ckpt-dir", "none", "--resume", "never");
+    ck_assert_int_eq(o.model.kind, MODEL_LINEAR);
+    ck_assert_int_eq(o.model.nhidden, 0);
+    ck_assert_ptr_null(o.ckpt_dir);
+    ck_assert_int_eq(o.resume, RESUME_NEVER);
+    PARSE_OK(&o, "--help");
+    ck_assert_int_eq(o.help, 1);
+}
+END_TEST
+
+START_TEST(options_errors)
+{
+    PARSE_BAD("unknown option", "--epoch", "--epoch", "3");
+    PARSE_BAD("--epochs \"three\"", "integer", "--epochs", "three");
+    PARSE_BAD("--epochs \"0\"", "[1,", "--epochs", "0");
+    PARSE_BAD("--batch-size \"-4\"", "integer", "--batch-size", "-4");
+    PARSE_BAD("--batch-size \"12x\"", "integer", "--batch-size=12x");
+    PARSE_BAD("--lr \"fast\"", "number", "--lr", "fast");
+    PARSE_BAD("--lr \"0\"", "(0, 1e+06]", "--lr", "0");
+    PARSE_BAD("--lr \"nan\"", "number", "--lr", "nan");
+    PARSE_BAD("--momentum \"1\"", "[0, 1)", "--momentum", "1");
+    PARSE_BAD("--model \"cnn\"", "linear or mlp", "--model", "cnn");
+    PARSE_BAD("--optimizer \"adam\"", "sgd or adamw", "--optimizer", "adam");
+    PARSE_BAD("--device \"tpu\"", "cpu, cuda or auto", "--device", "tpu");
+    PARSE_BAD("--hidden \"1024,,8\"", "widths", "--hidden", "1024,,8");
+    PARSE_BAD("--hidden \"0\"", "widths", "--hidden", "0");
+    PARSE_BAD("--hidden", "at most 8", "--hidden", "1,2,3,4,5,6,7,8,9");
+    PARSE_BAD("--hidden", "only for --model mlp", "--hidden", "8", "--model", "linear");
+    PARSE_BAD("--grad-accum \"0\"", "integer", "--grad-accum", "0");
+    PARSE_BAD("--clip \"-1\"", "number", "--clip", "-1");
+    PARSE_BAD("--seed \"-1\"", "integer", "--seed", "-1");
+    PARSE_BAD("--ckpt-keep \"0\"", "integer", "--ckpt-keep", "0");
+    PARSE_BAD("--ckpt-every", "integer", "--ckpt-every", "often");
+    PARSE_BAD("--data", "needs a value", "--data");
+    PARSE_BAD("--data", "empty", "--data", "");
+    PARSE_BAD("--help", "no value", "--help=yes");
+    PARSE_BAD("unexpected argument \"train\"", "--", "train");
+}
+END_TEST
+
+/* ------------------------------------------------------------------ models */
+typedef struct {
+    int order[64];
+    int n;
+} ready_log_t;
+
+static int log_ready(void *ctx, int p)
+{
+    ready_log_t *r = ctx;
+    if (r->n < 64)
+        r->order[r->n] = p;
+    r->n++;
+    return 0;
+}
+
+static float frand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((*s >> 40) / 16777216.0) * 2.0f - 1.0f;
+}
+
+/* d loss / d theta by backward, then by central differences in float64 of
+ * the forward loss, for every parameter of a small model. */
+static void gradcheck(const model_spec_t *s, int B)
+{
+    size_t P = model_param_count(s);
+    float *params = malloc(P * sizeof(float)), *grads = calloc(P, sizeof(float));
+    float *x = malloc((size_t)B * s->inputs * sizeof(float));
+    int *y = malloc((size_t)B * sizeof(int));
+    uint64_t r = 7;
+    model_init_params(s, 3, params);
+    for (size_t i = 0; i < P; i++) /* larger weights than init: gradients well above noise */
+        params[i] *= 3.0f;
+    for (int i = 0; i < B * s->inputs; i++)
+        x[i] = frand(&r);
+    for (int i = 0; i < B; i++)
+        y[i] = i % s->classes;
+    char err[128];
+    model_t *m = model_cpu_ops.create(s, -1, B, params, grads, err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    ready_log_t rl = {{0}, 0};
+    model_cpu_ops.forward(m, x, y, B, NULL);
+    ck_assert_int_eq(model_cpu_ops.backward(m, 0.5, log_ready, &rl), 0);
+    /* every parameter once, last layer first, bias before weight */
+    int np = model_num_params(s);
+    ck_assert_int_eq(rl.n, np);
+    for (int k = 0; k < np; k++)
+        ck_assert_int_eq(rl.order[k], np - 1 - k);
+    /* scale 0.5 was asked: compare with half the finite difference */
+    const float h = 1e-2f;
+    double worst = 0;
+    for (size_t i = 0; i < P; i++) {
+        float keep = params[i];
+        params[i] = keep + h;
+        double lp = model_cpu_ops.forward(m, x, y, B, NULL);
+        params[i] = keep - h;
+        double lm = model_cpu_ops.forward(m, x, y, B, NULL);
+        params[i] = keep;
+        double fd = 0.5 * (lp - lm) / (2.0 * (double)h);
+        double e = fabs(fd - grads[i]) / (1e-3 + fabs(fd) + fabs(grads[i]));
+        worst = e > worst ? e : worst;
+        ck_assert_msg(e < 2e-2, "param %zu: backward %g, finite difference %g", i,
+                      (double)grads[i], fd);
+    }
+    /* backward accumulates: a second one doubles the gradient */
+    float g0 = grads[0];
+    model_cpu_ops.forward(m, x, y, B, NULL);
+    model_cpu_ops.backward(m, 0.5, NULL, NULL);
+    ck_assert_float_eq_tol(grads[0], 2 * g0, 1e-6f + 1e-5f * fabsf(g0));
+    model_cpu_ops.destroy(m);
+    free(params);
+    free(grads);
+    free(x);
+    free(y);
+}
+
+START_TEST(grad_linear)
+{
+    model_spec_t s = {MODEL_LINEAR, 6, 4, 0, {0}};
+    gradcheck(&s, 5);
+}
+END_TEST
+
+START_TEST(grad_mlp)
+{
+    model_spec_t s = {MODEL_MLP, 5, 3, 2, {7, 4}};
+    gradcheck(&s, 4);
+}
+END_TEST
+
+START_TEST(model_layout)
+{
+    model_spec_t s = {MODEL_MLP, 784, 10, 2, {1024, 1024}};
+    char name[32], d[96];
+    int ndim;
+    int64_t shape[2];
+    ck_assert_int_eq(model_num_params(&s), 6);
+    model_param_desc(&s, 0, name, &ndim, shape);
+    ck_assert_str_eq(name, "fc1.weight");
+    ck_assert(ndim == 2 && shape[0] == 1024 && shape[1] == 784);
+    model_param_desc(&s, 5, name, &ndim, shape);
+    ck_assert_str_eq(name, "fc3.bias");
+    ck_assert(ndim == 1 && shape[0] == 10);
+    ck_assert_uint_eq(model_param_count(&s), 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 10250);
+    model_describe(&s, d, sizeof d);
+    ck_assert_str_eq(d, "mlp 784-1024-1024-10 (1863690 params)");
+    model_spec_t l = {MODEL_LINEAR, 784, 10, 0, {0}};
+    model_param_desc(&l, 1, name, &ndim, shape);
+    ck_assert_str_eq(name, "fc.bias");
+    /* loss of uniform logits is log(classes), the argmax of ties is class 0 */
+    float *p = calloc(model_param_count(&l), sizeof(float)), *g = calloc(7850, sizeof(float));
+    float x[784] = {0};
+    int y = 3, correct = -1;
+    model_t *m = model_cpu_ops.create(&l, -1, 1, p, g, d, sizeof d);
+    ck_assert_double_eq_tol(model_cpu_ops.forward(m, x, &y, 1, &correct), log(10.0), 1e-6);
+    ck_assert_int_eq(correct, 0);
+    model_cpu_ops.destroy(m);
+    free(p);
+    free(g);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ devices */
+START_TEST(gpu_selection)
+{
+    char e[256];
+    /* --gpus-per-node=4, 4 ranks on the node: all four visible, device = local rank */
+    for (int lr = 0; lr < 4; lr++)
+        ck_assert_int_eq(gpu_select(lr, 4, 4, "0,1,2,3", e, sizeof e), lr);
+    /* --gpus-per-task=1: each rank sees one GPU, always device 0 */
+    ck_assert_int_eq(gpu_select(3, 4, 1, "3", e, sizeof e), 0);
+    ck_assert_int_eq(gpu_select(1, 2, 1, "0", e, sizeof e), 0);
+    /* no launcher variable, a 2-GPU workstation, 2 ranks */
+    ck_assert_int_eq(gpu_select(1, 2, 2, NULL, e, sizeof e), 1);
+    /* more GPUs than ranks: still by local rank */
+    ck_assert_int_eq(gpu_select(1, 2, 8, NULL, e, sizeof e), 1);
+    /* none */
+    ck_assert_int_eq(gpu_select(0, 1, 0, "", e, sizeof e), -1);
+    ck_assert_ptr_nonnull(strstr(e, "no CUDA device visible"));
+    /* 4 ranks, 2 GPUs */
+    ck_assert_int_eq(gpu_select(2, 4, 2, "0,1", e, sizeof e), -1);
+    ck_assert_ptr_nonnull(strstr(e, "4 ranks on this node but 2 GPUs visible"));
+    ck_assert_ptr_nonnull(strstr(e, "--gpus-per-node=4"));
+    ck_assert_int_eq(gpu_select(4, 4, 4, NULL, e, sizeof e), -1);
+    ck_assert_int_eq(gpu_count_visible(NULL), -1);
+    ck_assert_int_eq(gpu_count_visible(""), 0);
+    ck_assert_int_eq(gpu_count_visible("NoDevFiles"), 0);
+    ck_assert_int_eq(gpu_count_visible("0,1,2,3"), 4);
+    ck_assert_int_eq(gpu_count_visible("GPU-8e1f"), 1);
+}
+END_TEST
+
+START_TEST(device_choice)
+{
+    char note[256], e[256];
+    device_kind_t k;
+    int g;
+    /* built without the CUDA model (ndev = -1) */
+    ck_assert_int_eq(device_resolve(DEVICE_CUDA, 0, 1, -1, NULL, &k, &g, note, sizeof note, e,
+                                    sizeof e), -1);
+    ck_assert_ptr_nonnull(strstr(e, "--device cuda: this trainer was built without the CUDA"));
+    ck_assert_int_eq(device_resolve(DEVICE_AUTO, 0, 1, -1, NULL, &k, &g, note, sizeof note, e,
+                                    sizeof e), 0);
+    ck_assert(k == DEVICE_CPU && g == -1);
+    ck_assert_ptr_nonnull(strstr(note, "using the cpu"));
+    /* CUDA model, no GPU */
+    ck_assert_int_eq(device_resolve(DEVICE_CUDA, 0, 1, 0, NULL, &k, &g, note, sizeof note, e,
+                                    sizeof e), -1);
+    ck_assert_ptr_nonnull(strstr(e, "no CUDA device visible"));
+    ck_assert_int_eq(device_resolve(DEVICE_AUTO, 0, 1, 0, NULL, &k, &g, note, sizeof note, e,
+                                    sizeof e), 0);
+    ck_assert_int_eq(k, DEVICE_CPU);
+    /* CUDA model, GPUs */
+    ck_assert_int_eq(device_resolve(DEVICE_AUTO, 1, 2, 2, "0,1", &k, &g, note, sizeof note, e,
+                                    sizeof e), 0);
+    ck_assert(k == DEVICE_CUDA && g == 1);
+    ck_assert_int_eq(device_resolve(DEVICE_CPU, 1, 2, 2, "0,1", &k, &g, note, sizeof note, e,
+                                    sizeof e), 0);
+    ck_assert(k == DEVICE_CPU && g == -1);
+}
+END_TEST
+
+static Suite *trainer_suite(void)
+{
+    Suite *s = suite_create("trainer");
+    TCase *t = tcase_create("options");
+    tcase_add_test(t, options_defaults);
+    tcase_add_test(t, options_values);
+    tcase_add_test(t, options_errors);
+    suite_add_tcase(s, t);
+    t = tcase_create("models");
+    tcase_add_test(t, grad_linear);
+    tcase_add_test(t, grad_mlp);
+    tcase_add_test(t, model_layout);
+    suite_add_tcase(s, t);
+    t = tcase_create("devices");
+    tcase_add_test(t, gpu_selection);
+    tcase_add_test(t, device_choice);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(trainer_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? 1 : 0;
+}

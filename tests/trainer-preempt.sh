@@ -1,0 +1,96 @@
+#!/bin/sh
+# trainer-preempt.sh: preemption on the Slurm testbed, the way a cluster does
+# it. slurm/train-preemptible.sbatch runs the trainer on 2 nodes; in the
+# middle of epoch 1 (of 2) its batch shell gets SIGUSR1 (what --signal=B:USR1@90
+# sends before the time limit: scancel --signal=USR1 --batch). The shell
+# forwards it to the step, the trainer checkpoints and exits 3, the shell
+# requeues the job, the second run resumes and finishes. Its final parameters
+# must be bitwise identical to those of an uninterrupted run (same seed, same
+# world size).
+# Then the same job is preempted by Slurm itself: a job in the `urgent`
+# partition takes both nodes (PreemptMode=REQUEUE), Slurm sends SIGTERM, the
+# trainer checkpoints within KillWait and exits 3, Slurm requeues the job, and
+# it again ends with the uninterrupted run's parameters.
+. "$(dirname "$0")/lib.sh"
+. "$top_srcdir/tests/slurm/slurm_env.sh"
+TRAINER="$top_builddir/trainer"
+DATA=${DDPC_TEST_DATA:-/usr/share/datasets/fashion-mnist}
+[ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ubyte" ] \
+    || skip "no Fashion-MNIST in $DATA (apt-get install dataset-fashion-mnist)"
+testbed_up || exit $?
+PLUGIN=pmix
+[ "$DDPC_MPI_FLAVOR" = mpich ] && PLUGIN=pmi2
+ARGS="--data $DATA --epochs 2 --hidden 128 --batch-size 64 --threads 1 --seed 5"
+
+# the uninterrupted run
+# shellcheck disable=SC2086
+srun_t -N2 -n2 --mpi=$PLUGIN "$TRAINER" $ARGS --ckpt-dir none --quiet >"$TMP/ref" 2>&1 \
+    || { cat "$TMP/ref"; fail "reference run"; }
+cat "$TMP/ref"
+ref=$(sed -n 's/^final: .*steps=\([0-9]*\) .*params_crc32=\([0-9a-f]\{8\}\)$/\1 \2/p' "$TMP/ref")
+[ -n "$ref" ] || fail "no final line in the reference run"
+steps=${ref% *} ref=${ref#* }
+
+# submit JOBNAME: the preemptible job (each step sleeps 10 ms so that the
+# signal reliably arrives mid-run); prints the job id
+submit() {
+    # shellcheck disable=SC2086
+    sbatch --parsable -N2 --ntasks-per-node=1 -o "$TMP/$1.out" --chdir "$TMP" \
+        --export=ALL,DDPC_TRAINER="$TRAINER",DDPC_SRUN_MPI=$PLUGIN,DDPC_TRAINER_TEST_STEP_SLEEP=0.01 \
+        "$top_srcdir/slurm/train-preemptible.sbatch" $ARGS --ckpt-dir "$TMP/$1.ck" --log-every 20 \
+        --metrics "$TMP/$1.jsonl"
+}
+# wait_step NAME JOB: until 100 of 469 steps are done
+wait_step() {
+    i=0
+    until grep -q '"event":"log","epoch":1,"step":100,' "$TMP/$1.jsonl" 2>/dev/null; do
+        sleep 0.1; i=$((i + 1))
+        [ $i -lt 1200 ] || { cat "$TMP/$1.out"; scancel "$2"; fail "job $2 never reached step 100"; }
+    done
+}
+# wait_done NAME JOB: requeued, run again, completed
+wait_done() {
+    i=0
+    until grep -q '^final: ' "$TMP/$1.out" 2>/dev/null && [ "$(job_state "$2")" = COMPLETED ]; do
+        sleep 0.1; i=$((i + 1))
+        [ $i -lt 1200 ] || { cat "$TMP/$1.out"; scancel "$2"; fail "job $2 did not complete after its requeue ($(job_state "$2"))"; }
+    done
+    cat "$TMP/$1.out"
+}
+# check_resumed NAME: stopped early with a checkpoint, resumed, same parameters
+check_resumed() {
+    out="$TMP/$1.out"
+    stopped=$(sed -n 's/^trainer: stop signal: stopping at step \([0-9]*\).*/\1/p' "$out")
+    [ -n "$stopped" ] && [ "$stopped" -lt "$steps" ] || fail "$1: the trainer did not stop early (step '$stopped' of $steps)"
+    grep -q "checkpoint: $TMP/$1.ck/ckpt-$(printf %08d "$stopped").h5 (stop signal" "$out" || fail "$1: no checkpoint at the stop"
+    grep -q '^.* job [0-9]*: run 2: ' "$out" || fail "$1: no second run"
+    grep -q "resumed from $TMP/$1.ck/ckpt-$(printf %08d "$stopped").h5: step $stopped" "$out" \
+        || fail "$1: the second run did not resume"
+    grep -q "^final: .*steps=$steps .*params_crc32=$ref$" "$out" \
+        || fail "$1: the resumed job's parameters differ from the uninterrupted run's ($ref)"
+}
+
+# 1. SIGUSR1 to the batch shell, as --signal=B:USR1@90 sends it
+job=$(submit usr1) || fail "sbatch"
+echo "job $job submitted"
+wait_step usr1 "$job"
+scancel --signal=USR1 --batch "$job" || fail "scancel --signal=USR1 --batch $job"
+echo "SIGUSR1 sent to the batch shell of job $job"
+wait_done usr1 "$job"
+grep -q 'SIGUSR1: forwarding to the training step' "$TMP/usr1.out" || fail "the batch shell did not forward SIGUSR1"
+grep -q 'checkpointed after a stop signal: requeueing' "$TMP/usr1.out" || fail "the job did not requeue itself"
+check_resumed usr1
+echo "ok: SIGUSR1: job $job stopped at step $stopped of $steps, requeued itself, resumed: params_crc32=$ref as uninterrupted"
+
+# 2. preempted by a job of a higher-priority partition: SIGTERM, Slurm requeues
+job=$(submit term) || fail "sbatch"
+echo "job $job submitted"
+wait_step term "$job"
+urgent=$(sbatch --parsable -p urgent -N2 --exclusive -o "$TMP/urgent.out" --wrap "sleep 1") \
+    || fail "sbatch -p urgent"
+echo "job $urgent submitted to the urgent partition"
+wait_done term "$job"
+grep -q 'CANCELLED AT .* DUE TO PREEMPTION' "$TMP/term.out" || fail "job $job was not preempted"
+grep -q 'stopped by SIGTERM with a checkpoint' "$TMP/term.out" || fail "the trainer did not stop on SIGTERM with exit 3"
+check_resumed term
+echo "ok: preemption: job $job stopped at step $stopped of $steps, requeued by Slurm, resumed: params_crc32=$ref as uninterrupted"

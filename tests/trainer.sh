@@ -1,0 +1,109 @@
+#!/bin/sh
+# trainer.sh: the trainer under mpiexec, outside Slurm:
+#  - bad command lines: exit 2 and one message (rank 0's) naming the option
+#  - a missing data directory, --device cuda without the CUDA model: exit 1, clear message
+#  - 2 ranks, --max-steps: a final line, every rank's checksum equal, a valid metrics file
+#  - --grad-accum 2 with half the batch gives the same step (up to rounding)
+#  - SIGUSR1 to one rank mid-epoch: all stop at the same step, checkpoint, exit 3;
+#    the rerun resumes and ends bitwise identical to the uninterrupted run
+#  - a checkpoint of another model is refused with the difference named
+. "$(dirname "$0")/lib.sh"
+TRAINER="$top_builddir/trainer"
+DATA=${DDPC_TEST_DATA:-/usr/share/datasets/fashion-mnist}
+[ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ubyte" ] \
+    || skip "no Fashion-MNIST in $DATA (apt-get install dataset-fashion-mnist)"
+# small and quick; 1 BLAS thread per rank (2 cores here)
+COMMON="--data $DATA --hidden 64 --batch-size 32 --threads 1 --seed 11"
+
+# --- bad command lines
+expect_fail_msg '^trainer: --lr "fast": expected a number' mpirun_t 2 "$TRAINER" --lr fast
+[ "$(grep -c 'expected a number' "$TMP/out")" -eq 1 ] || { cat "$TMP/out"; fail "message not printed once"; }
+mpirun_t 1 "$TRAINER" --epochs 0 >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "bad option: exit $rc, expected 2"
+expect_fail_msg 'unknown option "--epoch"' mpirun_t 1 "$TRAINER" --epoch 1
+expect_fail_msg 'hidden "8,x"' "$TRAINER" --hidden 8,x
+"$TRAINER" --help >"$TMP/help" || fail "--help exit $?"
+for o in --data --model --hidden --epochs --max-steps --batch-size --optimizer --lr --momentum \
+         --weight-decay --grad-accum --clip --seed --ckpt-dir --ckpt-every --ckpt-keep --resume \
+         --metrics --device; do
+    grep -q -- "$o" "$TMP/help" || fail "--help does not show $o"
+done
+
+# --- errors at start
+expect_fail_msg "--data \"$TMP/none\": not a directory" mpirun_t 2 "$TRAINER" --data "$TMP/none"
+mpirun_t 1 "$TRAINER" --data "$TMP/none" >/dev/null 2>&1; rc=$?
+[ $rc -eq 1 ] || fail "missing data: exit $rc, expected 1"
+expect_fail_msg '--device cuda: (this trainer was built without the CUDA model|no CUDA device visible)' \
+    mpirun_t 1 "$TRAINER" $COMMON --device cuda --ckpt-dir none
+
+# --- a short run on 2 ranks
+mpirun_t 2 "$TRAINER" $COMMON --max-steps 300 --ckpt-dir none --print-crc-all \
+    --metrics "$TMP/m.jsonl" --log-every 100 >"$TMP/ref" 2>&1 || { cat "$TMP/ref"; fail "2-rank run"; }
+cat "$TMP/ref"
+ref=$(sed -n 's/^final: .* steps=300 .*params_crc32=\([0-9a-f]\{8\}\)$/\1/p' "$TMP/ref")
+[ -n "$ref" ] || fail "no final line with steps=300"
+[ "$(grep -c "^rank [01]: params_crc32=$ref$" "$TMP/ref")" -eq 2 ] || fail "ranks' checksums differ"
+python3 - "$TMP/m.jsonl" <<'PY' || fail "metrics file"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+kinds = [e["event"] for e in ev]
+assert kinds.count("log") == 3 and kinds[-1] == "final", kinds
+assert ev[-1]["steps"] == 300 and 0 < ev[-1]["test_acc"] <= 1, ev[-1]
+assert all(e["loss"] > 0 and e["samples_per_s"] > 0 for e in ev if e["event"] == "log")
+PY
+echo "ok: metrics file"
+
+# --- gradient accumulation: 2 micro-batches of 32 make the step one batch of
+# 64 makes (the sampler deals the same samples); equal up to rounding
+for a in "64 1" "32 2"; do
+    # shellcheck disable=SC2086
+    mpirun_t 2 "$TRAINER" $COMMON --batch-size ${a% *} --grad-accum ${a#* } --max-steps 3 \
+        --ckpt-dir none --metrics "$TMP/acc${a#* }.jsonl" >"$TMP/acc" 2>&1 || { cat "$TMP/acc"; fail "accumulation run"; }
+done
+python3 - "$TMP/acc1.jsonl" "$TMP/acc2.jsonl" <<'PY' || fail "--grad-accum 2 differs from one batch twice the size"
+import json, sys
+a, b = ([json.loads(l) for l in open(f)][-1] for f in sys.argv[1:])
+print("test_loss: batch 64: %.7f, 2 x 32 accumulated: %.7f" % (a["test_loss"], b["test_loss"]))
+assert abs(a["test_loss"] - b["test_loss"]) < 1e-5 and a["test_acc"] == b["test_acc"]
+PY
+echo "ok: gradient accumulation"
+
+# --- preemption: SIGUSR1 to rank 1 only, then resume
+CK="$TMP/ck"
+# (each step sleeps 20 ms: the signal arrives mid-run however fast the machine)
+(export DDPC_TRAINER_TEST_STEP_SLEEP=0.02
+ mpirun_t 2 "$TRAINER" $COMMON --max-steps 300 --ckpt-dir "$CK" --log-every 10 \
+     --metrics "$TMP/p.jsonl" >"$TMP/p1" 2>&1) &
+mpx=$!
+i=0 # wait for step 30, then signal rank 1
+until grep -q '"step":30,' "$TMP/p.jsonl" 2>/dev/null; do
+    sleep 0.1; i=$((i + 1)); [ $i -lt 600 ] || { kill $mpx; cat "$TMP/p1"; fail "no progress"; }
+done
+# rank 1: the descendant of this launch whose environment says PMI_RANK=1
+descendants() { for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
+r1=""
+for p in $(descendants $mpx); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^PMI_RANK=1$' && r1=$p
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$' && r1=$p
+done
+[ -n "$r1" ] || { kill $mpx; fail "cannot find rank 1 among $(descendants $mpx)"; }
+kill -USR1 "$r1"
+wait $mpx; rc=$?
+cat "$TMP/p1"
+[ $rc -eq 3 ] || fail "signalled run: exit $rc, expected 3 (preempted)"
+grep -q 'stop signal: stopping at step' "$TMP/p1" || fail "no stop message"
+stopped=$(sed -n 's/^trainer: stop signal: stopping at step \([0-9]*\).*/\1/p' "$TMP/p1")
+[ "$stopped" -lt 300 ] || fail "stopped at step $stopped: signal came too late"
+[ -f "$CK/ckpt-$(printf %08d "$stopped").h5" ] || { ls -l "$CK"; fail "no checkpoint of step $stopped"; }
+mpirun_t 2 "$TRAINER" $COMMON --max-steps 300 --ckpt-dir "$CK" --print-crc-all >"$TMP/p2" 2>&1 \
+    || { cat "$TMP/p2"; fail "resumed run"; }
+cat "$TMP/p2"
+grep -q "resumed from $CK/ckpt-$(printf %08d "$stopped").h5: step $stopped" "$TMP/p2" || fail "did not resume"
+grep -q "^final: .* steps=300 .*params_crc32=$ref$" "$TMP/p2" || fail "resumed run differs from the uninterrupted one"
+echo "ok: preempted at step $stopped, resumed, bitwise identical ($ref)"
+
+# --- a checkpoint of another model is refused, naming the first difference
+expect_fail_msg 'does not match: /model/fc1.weight is float32\[32, 784\] here but float32\[64, 784\] in the checkpoint' \
+    mpirun_t 2 "$TRAINER" $COMMON --hidden 32 --max-steps 300 --ckpt-dir "$CK"
+grep -q 'use the same --model/--hidden/--optimizer, another --ckpt-dir, or --resume never' "$TMP/out" \
+    || fail "no advice with the model mismatch"
