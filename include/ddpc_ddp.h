@@ -154,6 +154,10 @@ DDPC_API void ddpc_optim_set_steps(ddpc_optim_t opt, uint64_t steps);
 DDPC_API double ddpc_optim_loss_scale(ddpc_optim_t opt);
 DDPC_API void ddpc_optim_set_loss_scale(ddpc_optim_t opt, double scale);
 DDPC_API double ddpc_optim_last_grad_norm(ddpc_optim_t opt);
+/* Good steps since the loss scale last changed (checkpoints keep it, so a
+ * restart grows the scale on the same step as an uninterrupted run). */
+DDPC_API int ddpc_optim_scale_good_steps(ddpc_optim_t opt);
+DDPC_API void ddpc_optim_set_scale_good_steps(ddpc_optim_t opt, int n);
 DDPC_API const char *ddpc_optim_name(ddpc_optim_type_t type); /* "sgd", "adamw" */
 
 #ifdef __cplusplus

@@ -130,6 +130,10 @@ static void train_a_little(model_t *m, uint64_t seed)
         fill(g, n, seed + 100 + (uint64_t)s);
         T_OK(ddpc_optim_step(m->opt, NULL));
     }
+    if (m->opt) { /* a loss scaler part-way to its next growth */
+        ddpc_optim_set_loss_scale(m->opt, 128.0);
+        ddpc_optim_set_scale_good_steps(m->opt, 5 + (int)(seed % 7));
+    }
     fill(m->user, 10, seed + 7);
 }
 
@@ -142,6 +146,8 @@ static void scramble(model_t *m)
     for (int k = 0; k < ddpc_optim_num_states(m->opt); k++)
         fill(ddpc_optim_state(m->opt, k, NULL), n, 555 + (uint64_t)T_rank);
     fill(m->user, 10, 77 + (uint64_t)T_rank);
+    ddpc_optim_set_loss_scale(m->opt, 1.0 + T_rank);
+    ddpc_optim_set_scale_good_steps(m->opt, 100 + T_rank);
 }
 
 static void assert_same_state(model_t *a, model_t *b)
@@ -158,6 +164,8 @@ static void assert_same_state(model_t *a, model_t *b)
                       "rank %d: optimizer state %s differs", T_rank, name);
     }
     ck_assert_uint_eq(ddpc_optim_steps(a->opt), ddpc_optim_steps(b->opt));
+    ck_assert_double_eq(ddpc_optim_loss_scale(a->opt), ddpc_optim_loss_scale(b->opt));
+    ck_assert_int_eq(ddpc_optim_scale_good_steps(a->opt), ddpc_optim_scale_good_steps(b->opt));
     ck_assert_msg(!memcmp(a->user, b->user, sizeof a->user), "rank %d: user tensor differs", T_rank);
 }
 

@@ -350,6 +350,7 @@ static ddpc_status_t start_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
         j->ocfg = *ddpc_optim_config(ck->opt);
         j->osteps = ddpc_optim_steps(ck->opt);
         j->oscale = ddpc_optim_loss_scale(ck->opt);
+        j->ogood = ddpc_optim_scale_good_steps(ck->opt);
     }
     memcpy(j->attrs, ck->attrs, sizeof j->attrs);
     j->nattrs = ck->nattrs;

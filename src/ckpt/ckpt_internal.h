@@ -56,6 +56,7 @@ typedef struct {
     ddpc_optim_config_t ocfg;
     uint64_t osteps;
     double oscale;
+    int32_t ogood;                /* loss scaler's good steps */
     ck_attr_t attrs[CK_MAX_ATTRS];
     int nattrs;
     ck_item_t *items;

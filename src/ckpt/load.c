@@ -24,6 +24,7 @@ typedef struct {
     int32_t has_optim;
     uint64_t osteps;
     double olr, oscale;
+    int32_t ogood;
     int32_t nattrs;
     ck_attr_t attrs[CK_MAX_ATTRS];
 } head_t;
@@ -163,6 +164,10 @@ static ddpc_status_t check_optim(ddpc_ckpt_t ck, hid_t f, const char *file, head
         ck_attr_get(g, "lr", H5T_NATIVE_DOUBLE, &h->olr) < 0 ||
         ck_attr_get(g, "loss_scale", H5T_NATIVE_DOUBLE, &h->oscale) < 0)
         st = ck_err(ck, DDPC_ERR_FORMAT, "%s: cannot read the /optim attributes: %s", file,
+                    ck_h5_msg(h5, sizeof h5));
+    else if (H5Aexists(g, "scale_good_steps") > 0 &&
+             ck_attr_get(g, "scale_good_steps", H5T_NATIVE_INT32, &h->ogood) < 0)
+        st = ck_err(ck, DDPC_ERR_FORMAT, "%s: cannot read /optim scale_good_steps: %s", file,
                     ck_h5_msg(h5, sizeof h5));
     else if (strcmp(type, mine))
         st = ck_err(ck, DDPC_ERR_MISMATCH, "%s holds %s optimizer state, but the optimizer is %s",
@@ -509,6 +514,7 @@ static void apply(ddpc_ckpt_t ck, const head_t *h, ddpc_ckpt_meta_t *meta, char 
         ddpc_optim_set_steps(ck->opt, h->osteps);
         ddpc_optim_set_lr(ck->opt, h->olr);
         ddpc_optim_set_loss_scale(ck->opt, h->oscale);
+        ddpc_optim_set_scale_good_steps(ck->opt, h->ogood);
     }
     memcpy(ck->attrs, h->attrs, sizeof ck->attrs);
     ck->nattrs = h->nattrs;

@@ -247,6 +247,7 @@ static int write_optim(hid_t g, const ck_job_t *j)
            ck_attr_f64(g, "clip_norm", c->clip_norm) |
            ck_attr_i32(g, "dynamic_loss_scale", c->dynamic_loss_scale) |
            ck_attr_f64(g, "loss_scale", j->oscale) |
+           ck_attr_i32(g, "scale_good_steps", j->ogood) |
            ck_attr_i32(g, "scale_growth_interval", c->scale_growth_interval) |
            ck_attr_u64(g, "step", j->osteps);
 }

@@ -194,3 +194,5 @@ void ddpc_optim_set_steps(ddpc_optim_t o, uint64_t s) { if (o) o->steps = s; }
 double ddpc_optim_loss_scale(ddpc_optim_t o) { return o ? o->scale : 1.0; }
 void ddpc_optim_set_loss_scale(ddpc_optim_t o, double s) { if (o && s > 0) o->scale = s; }
 double ddpc_optim_last_grad_norm(ddpc_optim_t o) { return o ? o->last_norm : 0; }
+int ddpc_optim_scale_good_steps(ddpc_optim_t o) { return o ? o->good_steps : 0; }
+void ddpc_optim_set_scale_good_steps(ddpc_optim_t o, int n) { if (o && n >= 0) o->good_steps = n; }
