@@ -690,7 +690,8 @@ int main(int argc, char **argv)
     int gpu;
     char note[512] = "";
     char derr[512];
-    int rc1 = device_resolve(o->device, t->w->local_rank, t->w->local_size, device_cuda_count(),
+    int ndev = device_cuda_count(); /* -1: no CUDA model in this build */
+    int rc1 = device_resolve(o->device, t->w->local_rank, t->w->local_size, ndev,
                              getenv("CUDA_VISIBLE_DEVICES"), &dev, &gpu, note, sizeof note,
                              derr, sizeof derr);
     if (rc1)
@@ -722,7 +723,7 @@ int main(int argc, char **argv)
 
     char desc[128];
     model_describe(&o->model, desc, sizeof desc);
-    if (note[0])
+    if (note[0] && ndev >= 0) /* a CPU-only build needs no explanation */
         say(t, "%s\n", note);
     say(t, "trainer: %d rank(s) on %d node(s) via %s, device %s", t->size, t->w->num_nodes,
         ddpc_source_name(t->w->source), dev == DEVICE_CPU ? "cpu" : "cuda");
