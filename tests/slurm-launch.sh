@@ -24,7 +24,7 @@ fi
 
 srun_t -N2 -n4 --mpi=pmi2 "$top_builddir/tests/mpi_comm" >"$TMP/comm" 2>&1 \
     || { cat "$TMP/comm"; fail "srun --mpi=pmi2 mpi_comm"; }
-grep -q '100%: Checks: 8, Failures: 0, Errors: 0' "$TMP/comm" || { cat "$TMP/comm"; fail "mpi_comm under srun --mpi=pmi2"; }
+grep -Eq '100%: Checks: [0-9]+, Failures: 0, Errors: 0' "$TMP/comm" || { cat "$TMP/comm"; fail "mpi_comm under srun --mpi=pmi2"; }
 echo "ok: srun -N2 -n4 --mpi=pmi2 mpi_comm"
 
 if [ "$DDPC_MPI_FLAVOR" = mpich ]; then
