@@ -3,6 +3,7 @@
  * bitwise identical results across ranks, the errors, the timeout message. */
 #include "mpitest.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -165,6 +166,43 @@ START_TEST(async_in_order_and_seq)
 }
 END_TEST
 
+/* Two threads wait on different handles of one communicator at once (the
+ * progress thread wakes only the waiters of what completed): every wait
+ * returns, with the right values. */
+enum { WT_K = 8, WT_N = 50000 };
+static ddpc_work_t wt_w[WT_K];
+static ddpc_status_t wt_st[WT_K];
+
+static void *wait_odd_reversed(void *arg)
+{
+    for (int k = WT_K - 1; k >= 0; k--)
+        if (k % 2)
+            wt_st[k] = ddpc_work_wait(wt_w[k], 60);
+    return arg;
+}
+
+START_TEST(waits_from_two_threads)
+{
+    float *buf = malloc(sizeof(float) * WT_K * WT_N);
+    for (int k = 0; k < WT_K; k++) {
+        for (int i = 0; i < WT_N; i++)
+            buf[k * WT_N + i] = (float)(k + T_rank);
+        T_OK(ddpc_iallreduce(T_comm, buf + k * WT_N, buf + k * WT_N, WT_N, DDPC_F32, DDPC_SUM,
+                             &wt_w[k]));
+    }
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, wait_odd_reversed, NULL), 0);
+    for (int k = 0; k < WT_K; k += 2)
+        wt_st[k] = ddpc_work_wait(wt_w[k], 60);
+    pthread_join(th, NULL);
+    for (int k = 0; k < WT_K; k++) {
+        ck_assert_msg(wt_st[k] == DDPC_OK, "wait on operation %d: %s", k, ddpc_strerror(wt_st[k]));
+        ck_assert_float_eq(buf[k * WT_N + 7], (float)(k * T_size + T_size * (T_size - 1) / 2));
+    }
+    free(buf);
+}
+END_TEST
+
 START_TEST(bitwise_identical_on_all_ranks)
 {
     /* random floats of mixed magnitude: any reduction-order difference between
@@ -233,6 +271,7 @@ static Suite *comm_suite(void)
     tcase_add_test(core, allreduce_half_precision);
     tcase_add_test(core, broadcast_allgather_reduce_scatter_barrier);
     tcase_add_test(core, async_in_order_and_seq);
+    tcase_add_test(core, waits_from_two_threads);
     tcase_add_test(core, bitwise_identical_on_all_ranks);
     suite_add_tcase(s, core);
     TCase *bad = tcase_create("bad input");

@@ -32,6 +32,7 @@ struct ddpc_work {
     int root;
     uint64_t seq;
     int done;
+    int waited;     /* a thread sleeps in ddpc_work_wait on it */
     ddpc_status_t status;
     char err[DDPC_ERRMSG_LEN];
 };
@@ -269,7 +270,11 @@ static void *progress_main(void *arg)
         if (!c->head)
             c->tail = NULL;
         w->done = 1;
-        pthread_cond_broadcast(&c->work_done);
+        /* wake waiters only for what they wait for: ddpc_ddp_wait sleeps on
+         * its last operation, and a wake-up per earlier bucket would take the
+         * core from this thread on a machine without a spare one */
+        if (w->waited)
+            pthread_cond_broadcast(&c->work_done);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -411,6 +416,7 @@ ddpc_status_t ddpc_work_wait(ddpc_work_t w, double timeout_s)
     }
     int rc = 0;
     pthread_mutex_lock(&c->mu);
+    w->waited = 1;
     while (!w->done && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&c->work_done, &c->mu, &dl);
     int done = w->done;
