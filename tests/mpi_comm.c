@@ -1,8 +1,9 @@
-/* mpi_comm.c: the communicator under 1, 2 and 4 real MPI ranks. Every
+/* mpi_comm.c: the communicator under 1, 2, 3 and 4 real MPI ranks. Every
  * collective and dtype against values computed by hand, async handles,
  * bitwise identical results across ranks, the errors, the timeout message. */
 #include "mpitest.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,6 +47,36 @@ START_TEST(allreduce_avg_in_place)
     for (int i = 0; i < N; i++) {
         ck_assert_float_eq(x[i], (float)(T_size - 1 + i));
         ck_assert_int_eq(k[i], (10 * (int64_t)T_size * (T_size - 1) / 2 + 7 * T_size) / T_size);
+    }
+}
+END_TEST
+
+/* AVG is SUM then an IEEE division by the size, bit for bit, whatever the
+ * vector width of the /N pass (and its multiply when the size is 2^k): mixed
+ * magnitudes down to subnormals, a count that is not a multiple of any vector */
+START_TEST(allreduce_avg_is_sum_then_divide)
+{
+    enum { N = 4099 };
+    static float x[N], s[N];
+    static double y[N], t[N];
+    uint64_t z = 0x9e3779b97f4a7c15ull * (uint64_t)(T_rank + 1);
+    for (int i = 0; i < N; i++) {
+        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+        double m = (double)((int64_t)(z >> 11) - (1ll << 52)) * 0x1p-52;
+        x[i] = (float)m * (i % 5 == 0 ? 0x1p-140f : (float)(1 + i % 97));
+        y[i] = m * (i % 5 == 0 ? 0x1p-1060 : (double)(1 + i % 89));
+    }
+    T_OK(ddpc_allreduce(T_comm, x, s, N, DDPC_F32, DDPC_SUM));
+    T_OK(ddpc_allreduce(T_comm, y, t, N, DDPC_F64, DDPC_SUM));
+    T_OK(ddpc_allreduce(T_comm, x, x, N, DDPC_F32, DDPC_AVG));
+    T_OK(ddpc_allreduce(T_comm, y, y, N, DDPC_F64, DDPC_AVG));
+    for (int i = 0; i < N; i++) {
+        volatile float fs = s[i] / (float)T_size; /* scalar, one at a time */
+        volatile double ds = t[i] / (double)T_size;
+        ck_assert_msg(memcmp(&x[i], (const void *)&fs, sizeof fs) == 0,
+                      "float32 AVG element %d: %a, SUM/N is %a", i, (double)x[i], (double)fs);
+        ck_assert_msg(memcmp(&y[i], (const void *)&ds, sizeof ds) == 0,
+                      "float64 AVG element %d: %a, SUM/N is %a", i, y[i], (double)ds);
     }
 }
 END_TEST
@@ -122,6 +153,43 @@ START_TEST(async_in_order_and_seq)
         T_OK(ddpc_work_wait(w[k], -1));
     for (int k = 0; k < K; k++)
         ck_assert_float_eq(buf[k * N + 7], (float)(k * T_size + T_size * (T_size - 1) / 2));
+    free(buf);
+}
+END_TEST
+
+/* Two threads wait on different handles of one communicator at once (the
+ * progress thread wakes only the waiters of what completed): every wait
+ * returns, with the right values. */
+enum { WT_K = 8, WT_N = 50000 };
+static ddpc_work_t wt_w[WT_K];
+static ddpc_status_t wt_st[WT_K];
+
+static void *wait_odd_reversed(void *arg)
+{
+    for (int k = WT_K - 1; k >= 0; k--)
+        if (k % 2)
+            wt_st[k] = ddpc_work_wait(wt_w[k], 60);
+    return arg;
+}
+
+START_TEST(waits_from_two_threads)
+{
+    float *buf = malloc(sizeof(float) * WT_K * WT_N);
+    for (int k = 0; k < WT_K; k++) {
+        for (int i = 0; i < WT_N; i++)
+            buf[k * WT_N + i] = (float)(k + T_rank);
+        T_OK(ddpc_iallreduce(T_comm, buf + k * WT_N, buf + k * WT_N, WT_N, DDPC_F32, DDPC_SUM,
+                             &wt_w[k]));
+    }
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, wait_odd_reversed, NULL), 0);
+    for (int k = 0; k < WT_K; k += 2)
+        wt_st[k] = ddpc_work_wait(wt_w[k], 60);
+    pthread_join(th, NULL);
+    for (int k = 0; k < WT_K; k++) {
+        ck_assert_msg(wt_st[k] == DDPC_OK, "wait on operation %d: %s", k, ddpc_strerror(wt_st[k]));
+        ck_assert_float_eq(buf[k * WT_N + 7], (float)(k * T_size + T_size * (T_size - 1) / 2));
+    }
     free(buf);
 }
 END_TEST
@@ -209,9 +277,11 @@ static Suite *comm_suite(void)
     tcase_set_timeout(core, 60);
     tcase_add_test(core, allreduce_int_and_double);
     tcase_add_test(core, allreduce_avg_in_place);
+    tcase_add_test(core, allreduce_avg_is_sum_then_divide);
     tcase_add_test(core, allreduce_half_precision);
     tcase_add_test(core, broadcast_allgather_reduce_scatter_barrier);
     tcase_add_test(core, async_in_order_and_seq);
+    tcase_add_test(core, waits_from_two_threads);
     tcase_add_test(core, bitwise_identical_on_all_ranks);
     tcase_add_test(core, key_exchange);
     suite_add_tcase(s, core);
