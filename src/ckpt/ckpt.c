@@ -9,15 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-ddpc_status_t ck_err(ddpc_ckpt_t ck, ddpc_status_t st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ddpc_format_msg(ck->err, sizeof ck->err, ck->prefix, "ckpt", fmt, ap);
-    va_end(ap);
-    return st;
-}
-
 const char *ddpc_ckpt_last_error(ddpc_ckpt_t ck) { return ck ? ck->err : "no checkpoint handle"; }
 
 const char *ck_body(ddpc_ckpt_t ck, const char *msg)

@@ -99,11 +99,7 @@ struct ddpc_ckpt {
     size_t snap_numel;
 };
 
-ddpc_status_t ck_err(ddpc_ckpt_t ck, ddpc_status_t st, const char *fmt, ...)
-#ifdef __GNUC__
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
+#define ck_err(ck, st, ...) DDPC_HANDLE_ERR(ck, "ckpt", st, __VA_ARGS__)
 
 /* ckpt.c: the tensors of a checkpoint, in file order (parameters, optimizer
  * states, user tensors); *items is malloc'ed. Same on every rank. */

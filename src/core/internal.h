@@ -37,6 +37,16 @@ ddpc_status_t ddpc_verr(ddpc_t rt, ddpc_status_t st, const char *module, const c
 /* Same, into a caller's buffer (for handles other than the runtime). */
 void ddpc_format_msg(char *dst, size_t n, const char *prefix, const char *module,
                      const char *fmt, va_list ap);
+ddpc_status_t ddpc_set_error(char *dst, size_t n, const char *prefix, const char *module,
+                             ddpc_status_t st, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+/* Record an error in handle h (fields err[] and prefix[]); returns st. Each
+ * module wraps it: #define fail(s, st, ...) DDPC_HANDLE_ERR(s, "sampler", st, __VA_ARGS__) */
+#define DDPC_HANDLE_ERR(h, module, st, ...)                                                    \
+    ddpc_set_error((h)->err, sizeof (h)->err, (h)->prefix, module, st, __VA_ARGS__)
 
 /* Build rt->prefix from the world facts. */
 void ddpc_set_prefix(ddpc_t rt);

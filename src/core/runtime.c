@@ -51,6 +51,16 @@ void ddpc_format_msg(char *dst, size_t n, const char *prefix, const char *module
     vsnprintf(dst + k, n - (size_t)k, fmt, ap);
 }
 
+ddpc_status_t ddpc_set_error(char *dst, size_t n, const char *prefix, const char *module,
+                             ddpc_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ddpc_format_msg(dst, n, prefix, module, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
 void ddpc_set_prefix(ddpc_t rt)
 {
     const ddpc_world_t *w = &rt->world;

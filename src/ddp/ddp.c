@@ -9,15 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-ddpc_status_t ddp_err(ddpc_ddp_t d, ddpc_status_t st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ddpc_format_msg(d->err, sizeof d->err, d->prefix, "ddp", fmt, ap);
-    va_end(ap);
-    return st;
-}
-
 const char *ddpc_ddp_last_error(ddpc_ddp_t d) { return d ? d->err : "no engine"; }
 ddpc_comm_t ddpc_ddp_comm(ddpc_ddp_t d) { return d ? d->comm : NULL; }
 

@@ -52,11 +52,7 @@ struct ddpc_ddp {
     double t_first_launch, comm_s, blocked_s;
 };
 
-ddpc_status_t ddp_err(ddpc_ddp_t d, ddpc_status_t st, const char *fmt, ...)
-#ifdef __GNUC__
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
+#define ddp_err(d, st, ...) DDPC_HANDLE_ERR(d, "ddp", st, __VA_ARGS__)
 
 /* The bucket plan: a pure function of the parameters (numel, order) and the
  * two size limits. Fills d->buckets, d->nbuckets and params[].bucket. */

@@ -27,19 +27,7 @@ struct ddpc_idx {
     char err[DDPC_ERRMSG_LEN];
 };
 
-static ddpc_status_t fail(ddpc_idx_t ds, ddpc_status_t st, const char *fmt, ...)
-#ifdef __GNUC__
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static ddpc_status_t fail(ddpc_idx_t ds, ddpc_status_t st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ddpc_format_msg(ds->err, sizeof ds->err, ds->prefix, "data", fmt, ap);
-    va_end(ap);
-    return st;
-}
+#define fail(h, st, ...) DDPC_HANDLE_ERR(h, "data", st, __VA_ARGS__)
 
 static uint32_t be32(const unsigned char *p)
 {

@@ -45,19 +45,7 @@ struct ddpc_loader {
     char err[DDPC_ERRMSG_LEN];
 };
 
-static ddpc_status_t fail(ddpc_loader_t ld, ddpc_status_t st, const char *fmt, ...)
-#ifdef __GNUC__
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static ddpc_status_t fail(ddpc_loader_t ld, ddpc_status_t st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ddpc_format_msg(ld->err, sizeof ld->err, ld->prefix, "loader", fmt, ap);
-    va_end(ap);
-    return st;
-}
+#define fail(h, st, ...) DDPC_HANDLE_ERR(h, "loader", st, __VA_ARGS__)
 
 /* Draw the sampler's next batch into sl and gather its rows. */
 static void fill(ddpc_loader_t ld, struct slot *sl)

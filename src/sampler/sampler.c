@@ -28,19 +28,7 @@ struct ddpc_sampler {
     char err[DDPC_ERRMSG_LEN];
 };
 
-static ddpc_status_t fail(ddpc_sampler_t s, ddpc_status_t st, const char *fmt, ...)
-#ifdef __GNUC__
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static ddpc_status_t fail(ddpc_sampler_t s, ddpc_status_t st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ddpc_format_msg(s->err, sizeof s->err, s->prefix, "sampler", fmt, ap);
-    va_end(ap);
-    return st;
-}
+#define fail(h, st, ...) DDPC_HANDLE_ERR(h, "sampler", st, __VA_ARGS__)
 
 const char *ddpc_sampler_prefix(ddpc_sampler_t s) { return s->prefix; }
 
