@@ -8,7 +8,7 @@
  *     thread (which does not divide), interleaved in the same run. Between the
  *     two, the steps that tell where a gap comes from: raw + the /N pass on
  *     the main thread, and ddpc_allreduce SUM / AVG through the progress thread.
- *   ddp_bench overlap [-L layers] [-H width] [-B batch] [-r reps] [-w warmups]
+ *   ddp_bench overlap [-L layers] [-H width] [-B batch] [-b bucket MiB] [-r reps] [-w ..]
  *     A synthetic deep MLP step (sgemm forward; backward from the last layer,
  *     grad_ready for each weight and bias as soon as computed; ddpc_ddp_wait;
  *     SGD via ddpc_optim_step): compute only (sync off), overlapped
@@ -130,6 +130,7 @@ typedef struct {
     int reps, warmups;
     double rep_ms;      /* a repetition lasts at least this (allreduce, mpi) */
     int L, H, B;        /* overlap: layers, width, batch */
+    double bucket_mib;  /* overlap: bucket cap (0: the engine's default, 25 MiB) */
 } opts_t;
 
 static void parse(int argc, char **argv, int first, opts_t *o)
@@ -143,6 +144,7 @@ static void parse(int argc, char **argv, int first, opts_t *o)
     o->L = 16;
     o->H = 1024;
     o->B = 64;
+    o->bucket_mib = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
@@ -167,6 +169,8 @@ static void parse(int argc, char **argv, int first, opts_t *o)
             o->H = atoi(v);
         } else if (!strcmp(a, "-B")) {
             o->B = atoi(v);
+        } else if (!strcmp(a, "-b")) {
+            o->bucket_mib = atof(v);
         } else {
             DIE("unknown option %s", a);
         }
@@ -402,11 +406,13 @@ static float urand(void) /* uniform in [-1, 1) */
     return (float)((double)(rng_state >> 11) * 0x1p-53 * 2.0 - 1.0);
 }
 
-static void ov_make(ovrun_t *r, const mlp_t *m, int overlap, int nbmode)
+static void ov_make(ovrun_t *r, const mlp_t *m, int overlap, int nbmode, double bucket_mib)
 {
     memset(r, 0, sizeof *r);
     ddpc_ddp_config_t cfg = DDPC_DDP_CONFIG_INIT; /* PyTorch's buckets: 1 MiB, then 25 MiB */
     cfg.overlap = overlap;
+    if (bucket_mib > 0)
+        cfg.bucket_bytes = (size_t)(bucket_mib * 1048576.0);
     CK(ddpc_ddp_create(ddpc_comm_world(g_rt), &cfg, &r->ddp));
     for (int l = 0; l < m->L; l++) {
         char name[32];
@@ -600,13 +606,13 @@ static void run_overlap(const opts_t *o)
      * variant's own DDPC_OVERLAP would override it, so it is ignored here */
     unsetenv("DDPC_OVERLAP");
     ovrun_t run[NOV];
-    ov_make(&run[OV_COMPUTE], &m, 1, 0);
+    ov_make(&run[OV_COMPUTE], &m, 1, 0, o->bucket_mib);
     CKD(run[OV_COMPUTE].ddp, ddpc_ddp_set_sync(run[OV_COMPUTE].ddp, 0));
-    ov_make(&run[OV_OVERLAP], &m, 1, 0);
-    ov_make(&run[OV_NOOVERLAP], &m, 0, 0);
-    ov_make(&run[OV_NB], &m, 1, 1);
-    ov_make(&run[OV_NBTEST], &m, 1, 2);
-    ov_make(&run[OV_COMM], &m, 0, 0);
+    ov_make(&run[OV_OVERLAP], &m, 1, 0, o->bucket_mib);
+    ov_make(&run[OV_NOOVERLAP], &m, 0, 0, o->bucket_mib);
+    ov_make(&run[OV_NB], &m, 1, 1, o->bucket_mib);
+    ov_make(&run[OV_NBTEST], &m, 1, 2, o->bucket_mib);
+    ov_make(&run[OV_COMM], &m, 0, 0, o->bucket_mib);
 
     size_t numel;
     ddpc_ddp_grads(run[OV_OVERLAP].ddp, &numel);

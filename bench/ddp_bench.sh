@@ -15,9 +15,9 @@
 #   ROUNDS=3          runs of each measurement
 #   NP="2"            rank counts of the local allreduce runs ("2 4")
 #   SIZES=1,2,4,8,16,32,64   MiB;  REPS=11  WARMUPS=2  REP_MS=30
-#   OV_ARGS="-L 16 -H 1024 -B 64"          local MLP
+#   OV_ARGS="-L 16 -H 1024 -B 64 -b 4"     local MLP (-b: bucket cap, MiB)
 #   NET=1             the testbed run (0: skip); needs root, Slurm, tc
-#   NET_ARGS="-L 8 -H 1024 -B 128"         MLP between the nodes
+#   NET_ARGS="-L 8 -H 1024 -B 512 -b 4"    MLP between the nodes
 #   RATE=1gbit        tc tbf rate of each node's link;  NET_REPS=7
 #   QUIET_IDLE=80 QUIET_WAIT=120   before each run, wait up to QUIET_WAIT s for
 #                     the CPUs to be QUIET_IDLE % idle (the machine is shared)
@@ -36,9 +36,9 @@ SIZES=${SIZES:-1,2,4,8,16,32,64}
 REPS=${REPS:-11}
 WARMUPS=${WARMUPS:-2}
 REP_MS=${REP_MS:-30}
-OV_ARGS=${OV_ARGS:--L 16 -H 1024 -B 64}
+OV_ARGS=${OV_ARGS:--L 16 -H 1024 -B 64 -b 4}
 NET=${NET:-1}
-NET_ARGS=${NET_ARGS:--L 8 -H 1024 -B 128}
+NET_ARGS=${NET_ARGS:--L 8 -H 1024 -B 512 -b 4}
 NET_REPS=${NET_REPS:-7}
 RATE=${RATE:-1gbit}
 QUIET_IDLE=${QUIET_IDLE:-80}
@@ -49,6 +49,9 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 BLIS_NUM_THREADS=1 # one core pe
 MPIEXEC=${MPIEXEC:-}
 [ -n "$MPIEXEC" ] || [ ! -f "$builddir/tests/testenv.sh" ] || . "$builddir/tests/testenv.sh"
 MPIEXEC=${MPIEXEC:-mpiexec}
+MPIEXEC_FLAGS=${MPIEXEC_FLAGS:-}
+SRUN_MPI=pmi2 # Debian's MPICH has no PMIx client; Open MPI has
+[ "${DDPC_MPI_FLAVOR:-mpich}" = openmpi ] && SRUN_MPI=pmix
 
 [ -x "$BIN" ] || { echo "ddp_bench.sh: $BIN not built (make bench)" >&2; exit 1; }
 : > "$LOG"
@@ -95,7 +98,8 @@ run() {
     echo "$out" | grep '^R ' | sed "s/^R /R $tag idle=$idle /" >> "$LOG"
 }
 
-mpirun_t() { timeout -k 10 600 env -u SLURM_CONF $MPIEXEC -n "$@"; }
+# shellcheck disable=SC2086
+mpirun_t() { timeout -k 10 600 env -u SLURM_CONF $MPIEXEC $MPIEXEC_FLAGS -n "$@"; }
 
 # ---------------------------------------------------------------- local runs
 for r in $(seq "$ROUNDS"); do
@@ -132,7 +136,7 @@ if [ "$NET" = 1 ]; then
         say "testbed not in netns mode or no tc: network runs skipped"
     else
         export UCX_TLS=tcp,self # across the veths, not through shared memory
-        srun_n() { DDPC_SRUN_TIMEOUT=600 srun_t -N2 -n2 --mpi=pmi2 "$@"; }
+        srun_n() { DDPC_SRUN_TIMEOUT=600 srun_t -N2 -n2 --mpi=$SRUN_MPI "$@"; }
         # the link before shaping, then shaped
         run "net.unshaped.1" srun_n "$BIN" allreduce -s 4,32 -r 5 -w 1 -t 0
         for h in "${nsp}h1" "${nsp}h2"; do

@@ -81,6 +81,31 @@ START_TEST(allreduce_avg_is_sum_then_divide)
 }
 END_TEST
 
+/* Buffers larger than one piece (all-reduces go in pieces of 4 MiB): every
+ * element reduced, averaged once, across the piece boundaries. */
+START_TEST(allreduce_across_pieces)
+{
+    const size_t nf = ((size_t)1 << 20) * 2 + 5, nl = ((size_t)1 << 19) + 3;
+    float *x = malloc(nf * sizeof *x);
+    int64_t *k = malloc(nl * sizeof *k);
+    for (size_t i = 0; i < nf; i++)
+        x[i] = (float)(T_rank + (int)(i % 7));
+    for (size_t i = 0; i < nl; i++)
+        k[i] = (int64_t)i * (T_rank + 1);
+    T_OK(ddpc_allreduce(T_comm, x, x, nf, DDPC_F32, DDPC_AVG));
+    T_OK(ddpc_allreduce(T_comm, k, k, nl, DDPC_I64, DDPC_SUM));
+    for (size_t i = 0; i < nf; i++)
+        if (x[i] != 0.5f * (float)(T_size - 1) + (float)(i % 7))
+            ck_abort_msg("float32 AVG element %zu is %g, expected %g", i, (double)x[i],
+                         0.5 * (T_size - 1) + (double)(i % 7));
+    for (size_t i = 0; i < nl; i++)
+        if (k[i] != (int64_t)i * T_size * (T_size + 1) / 2)
+            ck_abort_msg("int64 SUM element %zu is %lld", i, (long long)k[i]);
+    free(x);
+    free(k);
+}
+END_TEST
+
 START_TEST(allreduce_half_precision)
 {
     enum { N = 257 };
@@ -278,6 +303,7 @@ static Suite *comm_suite(void)
     tcase_add_test(core, allreduce_int_and_double);
     tcase_add_test(core, allreduce_avg_in_place);
     tcase_add_test(core, allreduce_avg_is_sum_then_divide);
+    tcase_add_test(core, allreduce_across_pieces);
     tcase_add_test(core, allreduce_half_precision);
     tcase_add_test(core, broadcast_allgather_reduce_scatter_barrier);
     tcase_add_test(core, async_in_order_and_seq);
