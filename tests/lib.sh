@@ -11,6 +11,18 @@ trap 'rm -rf "$TMP"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIP: $*" >&2; exit 77; }
 
+# need_fmnist: DATA = the Fashion-MNIST directory, or skip with the reason.
+need_fmnist() {
+    DATA=${DDPC_TEST_DATA:-/usr/share/datasets/fashion-mnist}
+    [ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ubyte" ] \
+        || skip "no Fashion-MNIST in $DATA (apt-get install dataset-fashion-mnist)"
+}
+
+# The srun MPI plugin that wires this build's MPI: Debian's MPICH has no
+# PMIx client (pmi2); an MPI with one (Open MPI) uses pmix.
+PLUGIN=pmix
+[ "$DDPC_MPI_FLAVOR" = mpich ] && PLUGIN=pmi2
+
 # mpirun_t NP CMD...: the configured launcher under a timeout (never hang).
 # All ranks are on this host: UCX (MPICH's ch4:ucx) may use the loopback only,
 # so that its start does not fail with "No such device" when the Slurm

@@ -21,11 +21,9 @@ done
 if [ "$DDPC_MPI_FLAVOR" = mpich ]; then
     grep -q 'warning: MPI_COMM_WORLD is 1 rank(s) here, not 4' "$TMP/info" \
         || fail "ddpc-info did not report MPICH's missing PMIx client"
-    PLUGIN=pmi2
 else
     # an MPI with a PMIx client: srun --mpi=pmix just works
     [ "$(grep -c 'source=pmix backend=mpi$' "$TMP/info")" -eq 4 ] || fail "expected backend=mpi on 4 ranks"
-    PLUGIN=pmix
 fi
 
 srun_t -N2 -n4 --mpi=$PLUGIN "$top_builddir/tests/mpi_comm" >"$TMP/comm" 2>&1 \

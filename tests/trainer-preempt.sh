@@ -14,12 +14,8 @@
 . "$(dirname "$0")/lib.sh"
 . "$top_srcdir/tests/slurm/slurm_env.sh"
 TRAINER="$top_builddir/trainer"
-DATA=${DDPC_TEST_DATA:-/usr/share/datasets/fashion-mnist}
-[ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ubyte" ] \
-    || skip "no Fashion-MNIST in $DATA (apt-get install dataset-fashion-mnist)"
+need_fmnist
 testbed_up || exit $?
-PLUGIN=pmix
-[ "$DDPC_MPI_FLAVOR" = mpich ] && PLUGIN=pmi2
 ARGS="--data $DATA --epochs 2 --hidden 128 --batch-size 64 --threads 1 --seed 5"
 
 # the uninterrupted run

@@ -9,12 +9,8 @@
 . "$(dirname "$0")/lib.sh"
 . "$top_srcdir/tests/slurm/slurm_env.sh"
 TRAINER="$top_builddir/trainer"
-DATA=${DDPC_TEST_DATA:-/usr/share/datasets/fashion-mnist}
-[ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ubyte" ] \
-    || skip "no Fashion-MNIST in $DATA (apt-get install dataset-fashion-mnist)"
+need_fmnist
 testbed_up || exit $?
-PLUGIN=pmix
-[ "$DDPC_MPI_FLAVOR" = mpich ] && PLUGIN=pmi2
 export DDPC_SRUN_TIMEOUT=${DDPC_SRUN_TIMEOUT:-150}
 
 # one epoch, 4 ranks on 2 nodes

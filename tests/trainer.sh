@@ -9,9 +9,7 @@
 #  - a checkpoint of another model is refused with the difference named
 . "$(dirname "$0")/lib.sh"
 TRAINER="$top_builddir/trainer"
-DATA=${DDPC_TEST_DATA:-/usr/share/datasets/fashion-mnist}
-[ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ubyte" ] \
-    || skip "no Fashion-MNIST in $DATA (apt-get install dataset-fashion-mnist)"
+need_fmnist
 # small and quick; 1 BLAS thread per rank (2 cores here)
 COMMON="--data $DATA --hidden 64 --batch-size 32 --threads 1 --seed 11"
 
