@@ -140,6 +140,7 @@ typedef struct {
 static void parse(int argc, char **argv, int first, opts_t *o)
 {
     static const double def_sizes[] = {1, 2, 4, 8, 16, 32, 64};
+    memset(o, 0, sizeof *o);
     memcpy(o->sizes_mib, def_sizes, sizeof def_sizes);
     o->nsizes = 7;
     o->reps = 11;
@@ -148,7 +149,6 @@ static void parse(int argc, char **argv, int first, opts_t *o)
     o->L = 16;
     o->H = 1024;
     o->B = 64;
-    o->bucket_mib = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
