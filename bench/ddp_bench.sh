@@ -22,6 +22,7 @@
 #   RATE=1gbit        tc tbf rate of each node's link;  NET_REPS=7
 #   QUIET_IDLE=80 QUIET_WAIT=120   before each run, wait up to QUIET_WAIT s for
 #                     the CPUs to be QUIET_IDLE % idle (the machine is shared)
+#   MPIEXEC_BIND="-bind-to core" (MPICH; --bind-to core for Open MPI; empty: unbound)
 #   BIN=bench/ddp_bench (relative to the build dir)   LOG=ddp_bench.log
 #   DDPC_TESTBED_PORT=16957 (a port of its own: tests use 16917)
 #   SUMMARY_ONLY=1    no runs: print the summary of an existing LOG
@@ -54,6 +55,13 @@ MPIEXEC=${MPIEXEC:-mpiexec}
 MPIEXEC_FLAGS=${MPIEXEC_FLAGS:-}
 SRUN_MPI=pmi2 # Debian's MPICH has no PMIx client; Open MPI has
 [ "${DDPC_MPI_FLAVOR:-mpich}" = openmpi ] && SRUN_MPI=pmix
+# one core per rank, as srun --cpu-bind=cores would: unbound, the scheduler
+# now and then puts both ranks' progress threads on one core, and a run's
+# medians at 32-64 MiB swing by 2x between runs
+if [ -z "${MPIEXEC_BIND+set}" ]; then
+    MPIEXEC_BIND="-bind-to core"
+    [ "${DDPC_MPI_FLAVOR:-mpich}" = openmpi ] && MPIEXEC_BIND="--bind-to core"
+fi
 
 [ -x "$BIN" ] || { echo "ddp_bench.sh: $BIN not built (make bench)" >&2; exit 1; }
 failed=0
@@ -102,7 +110,7 @@ run() {
 }
 
 # shellcheck disable=SC2086
-mpirun_t() { timeout -k 10 600 env -u SLURM_CONF $MPIEXEC $MPIEXEC_FLAGS -n "$@"; }
+mpirun_t() { timeout -k 10 600 env -u SLURM_CONF $MPIEXEC $MPIEXEC_FLAGS $MPIEXEC_BIND -n "$@"; }
 
 # ---------------------------------------------------------------- local runs
 [ "$SUMMARY_ONLY" = 1 ] && ROUNDS=0 NET=0
