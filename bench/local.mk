@@ -12,3 +12,5 @@ dist_noinst_SCRIPTS += bench/ddp_bench.sh
 .PHONY: bench
 bench: bench/ddp_bench$(EXEEXT)
 	$(SHELL) $(top_srcdir)/bench/ddp_bench.sh
+# doc/ddp.md: its Performance and Why-a-progress-thread sections come from these benchmarks
+dist_doc_DATA += doc/ddp.md
