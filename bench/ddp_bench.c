@@ -8,7 +8,7 @@
  *     thread (which does not divide), interleaved in the same run. Between the
  *     two, the steps that tell where a gap comes from: raw + the /N pass on
  *     the main thread, and ddpc_allreduce SUM / AVG through the progress thread.
- *   ddp_bench overlap [-L layers] [-H width] [-B batch] [-b bucket MiB] [-r reps] [-w ..]
+ *   ddp_bench overlap [-L layers] [-H width] [-B batch] [-b bucket MiB] [-z 0|1] [-r ..] [-w ..]
  *     A synthetic deep MLP step (sgemm forward; backward from the last layer,
  *     grad_ready for each weight and bias as soon as computed; ddpc_ddp_wait;
  *     SGD via ddpc_optim_step): compute only (sync off), overlapped
@@ -16,6 +16,9 @@
  *     and the design without a progress thread: MPI_Iallreduce from the main
  *     thread at each bucket's ready time, MPI_Waitall at the end (nb), and the
  *     same with an MPI_Testall after each layer to let MPI progress (nbtest).
+ *     -z 1: compute off the CPU, as on a GPU: each sgemm is replaced by a
+ *     sleep as long as it took (measured at start), so the core is free for
+ *     communication; what each design can hide when a core is spare.
  *   ddp_bench mpi single|funneled|serialized|multiple [-s ..] [-r ..] [-t ..]
  *     Raw MPI_Allreduce only, MPI initialized here at that thread level: what
  *     MPI_THREAD_MULTIPLE costs MPICH by itself (ddpc itself asks for MULTIPLE).
@@ -131,11 +134,13 @@ typedef struct {
     double rep_ms;      /* a repetition lasts at least this (allreduce, mpi) */
     int L, H, B;        /* overlap: layers, width, batch */
     double bucket_mib;  /* overlap: bucket cap (0: the engine's default, 25 MiB) */
+    int offcpu;         /* overlap -z: each sgemm replaced by a sleep as long as it takes */
 } opts_t;
 
 static void parse(int argc, char **argv, int first, opts_t *o)
 {
     static const double def_sizes[] = {1, 2, 4, 8, 16, 32, 64};
+    memset(o, 0, sizeof *o);
     memcpy(o->sizes_mib, def_sizes, sizeof def_sizes);
     o->nsizes = 7;
     o->reps = 11;
@@ -144,7 +149,6 @@ static void parse(int argc, char **argv, int first, opts_t *o)
     o->L = 16;
     o->H = 1024;
     o->B = 64;
-    o->bucket_mib = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
@@ -171,6 +175,8 @@ static void parse(int argc, char **argv, int first, opts_t *o)
             o->B = atoi(v);
         } else if (!strcmp(a, "-b")) {
             o->bucket_mib = atof(v);
+        } else if (!strcmp(a, "-z")) {
+            o->offcpu = atoi(v);
         } else {
             DIE("unknown option %s", a);
         }
@@ -514,6 +520,60 @@ static void ov_ready(ovrun_t *r, ov_t v, int l)
     }
 }
 
+/* -z: the three sgemms of a layer (forward, weight gradient, input gradient)
+ * become sleeps of their measured length (slowest rank's median) */
+enum { G_FWD, G_WGRAD, G_XGRAD };
+static int g_offcpu;
+static double g_gemm_s[3];
+
+static void sleep_s(double s)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double end = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec + s;
+    t.tv_sec = (time_t)end;
+    t.tv_nsec = (long)((end - (double)t.tv_sec) * 1e9);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) != 0)
+        ;
+}
+
+static void gemm(int kind, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+                 const float *A, int lda, const float *B_, int ldb, float beta, float *C, int ldc)
+{
+    if (g_offcpu)
+        sleep_s(g_gemm_s[kind]);
+    else
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B_, ldb, beta, C, ldc);
+}
+
+static void calibrate_gemms(const mlp_t *m, ddpc_ddp_t d)
+{
+    const int B = m->B, H = m->H;
+    double t[3][7];
+    const float *W = ddpc_ddp_param(d, 0);
+    float *g = ddpc_ddp_grad(d, 0);
+    for (int r = 0; r < 7; r++) {
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, H, 1.0f, m->A, H, W, H, 0.0f,
+                    m->Z, H);
+        double t1 = now();
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, H, B, 1.0f, m->A, H, m->Z, H,
+                    0.0f, g, H);
+        double t2 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, H, 1.0f, m->Z, H, W, H, 0.0f,
+                    m->dA, H);
+        double t3 = now();
+        t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2;
+    }
+    for (int k = 0; k < 3; k++)
+        g_gemm_s[k] = median(t[k], 7, NULL, NULL);
+    MPI_Allreduce(MPI_IN_PLACE, g_gemm_s, 3, MPI_DOUBLE, MPI_MAX, g_comm);
+    if (g_rank == 0)
+        printf("# -z 1: sgemms replaced by sleeps of %.2f (forward), %.2f (weight gradient), "
+               "%.2f (input gradient) ms per layer\n",
+               g_gemm_s[0] * 1e3, g_gemm_s[1] * 1e3, g_gemm_s[2] * 1e3);
+}
+
 static void forward(const mlp_t *m, ddpc_ddp_t d)
 {
     const int B = m->B, H = m->H;
@@ -523,8 +583,7 @@ static void forward(const mlp_t *m, ddpc_ddp_t d)
         float *Y = m->A + (size_t)(l + 1) * B * H;
         for (int i = 0; i < B; i++)
             memcpy(Z + (size_t)i * H, b, (size_t)H * sizeof *b);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, H, 1.0f, X, H, W, H, 1.0f,
-                    Z, H);
+        gemm(G_FWD, CblasNoTrans, CblasNoTrans, B, H, H, X, H, W, H, 1.0f, Z, H);
         const int last = l == m->L - 1;
         for (size_t i = 0; i < (size_t)B * H; i++)
             Y[i] = last || Z[i] > 0 ? Z[i] : 0.0f;
@@ -547,16 +606,14 @@ static void backward(const mlp_t *m, ovrun_t *r, ov_t v)
         const int last = l == m->L - 1;
         for (size_t i = 0; i < (size_t)B * H; i++)
             m->dZ[i] = last || Z[i] > 0 ? m->dA[i] : 0.0f;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, H, B, 1.0f, X, H, m->dZ, H, 0.0f,
-                    gW, H);
+        gemm(G_WGRAD, CblasTrans, CblasNoTrans, H, H, B, X, H, m->dZ, H, 0.0f, gW, H);
         fill(gb, (size_t)H, 0.0f);
         for (int i = 0; i < B; i++)
             for (int j = 0; j < H; j++)
                 gb[j] += m->dZ[(size_t)i * H + j];
         ov_ready(r, v, l);
         if (l > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, H, 1.0f, m->dZ, H, W, H,
-                        0.0f, m->dA, H);
+            gemm(G_XGRAD, CblasNoTrans, CblasTrans, B, H, H, m->dZ, H, W, H, 0.0f, m->dA, H);
     }
 }
 
@@ -614,6 +671,10 @@ static void run_overlap(const opts_t *o)
     ov_make(&run[OV_NBTEST], &m, 1, 2, o->bucket_mib);
     ov_make(&run[OV_COMM], &m, 0, 0, o->bucket_mib);
 
+    if (o->offcpu) {
+        calibrate_gemms(&m, run[OV_COMPUTE].ddp);
+        g_offcpu = 1;
+    }
     size_t numel;
     ddpc_ddp_grads(run[OV_OVERLAP].ddp, &numel);
     const size_t gbytes = numel * sizeof(float);
@@ -683,11 +744,11 @@ static void run_overlap(const opts_t *o)
         }
         const double tc = med[OV_COMPUTE], to = med[OV_OVERLAP], tn = med[OV_NOOVERLAP];
         const double exposed = tn - tc;
-        printf("R overlap np=%d L=%d H=%d B=%d grad_bytes=%zu compute_ms=%.2f comm_ms=%.2f "
+        printf("R overlap np=%d L=%d H=%d B=%d offcpu=%d grad_bytes=%zu compute_ms=%.2f comm_ms=%.2f "
                "overlap_ms=%.2f nooverlap_ms=%.2f nb_ms=%.2f nbtest_ms=%.2f "
                "speedup=%.4f hidden=%.4f hidden_nb=%.4f hidden_nbtest=%.4f "
                "thread_vs_nb=%.4f thread_vs_nbtest=%.4f\n",
-               g_size, o->L, o->H, o->B, gbytes, tc * 1e3, med[OV_COMM] * 1e3, to * 1e3,
+               g_size, o->L, o->H, o->B, o->offcpu, gbytes, tc * 1e3, med[OV_COMM] * 1e3, to * 1e3,
                tn * 1e3, med[OV_NB] * 1e3, med[OV_NBTEST] * 1e3, tn / to,
                exposed > 0 ? (tn - to) / exposed : 0.0,
                exposed > 0 ? (tn - med[OV_NB]) / exposed : 0.0,

@@ -3,8 +3,9 @@
 #  1. allreduce: one-bucket engine step against raw MPI_Allreduce, per size,
 #     under mpiexec on this machine (shared memory);
 #  2. mpi: raw MPI_Allreduce with MPI at THREAD_SINGLE and THREAD_MULTIPLE;
-#  3. overlap: the synthetic MLP step under mpiexec;
-#  4. overlap again between the two nodes of the Slurm testbed
+#  3. overlap: the synthetic MLP step under mpiexec, with compute on the CPU
+#     and off it (-z 1: each sgemm replaced by a sleep as long, as on a GPU);
+#  4. the same between the two nodes of the Slurm testbed
 #     (tests/slurm/testbed.sh, one network namespace per node) over TCP
 #     (UCX_TLS=tcp,self), with the nodes' veth links shaped by tc.
 # Every run is repeated ROUNDS times; each run reports medians of its own
@@ -21,8 +22,10 @@
 #   RATE=1gbit        tc tbf rate of each node's link;  NET_REPS=7
 #   QUIET_IDLE=80 QUIET_WAIT=120   before each run, wait up to QUIET_WAIT s for
 #                     the CPUs to be QUIET_IDLE % idle (the machine is shared)
+#   MPIEXEC_BIND="-bind-to core" (MPICH; --bind-to core for Open MPI; empty: unbound)
 #   BIN=bench/ddp_bench (relative to the build dir)   LOG=ddp_bench.log
 #   DDPC_TESTBED_PORT=16957 (a port of its own: tests use 16917)
+#   SUMMARY_ONLY=1    no runs: print the summary of an existing LOG
 # Exit status: 0, or 1 when a run failed.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,10 +55,18 @@ MPIEXEC=${MPIEXEC:-mpiexec}
 MPIEXEC_FLAGS=${MPIEXEC_FLAGS:-}
 SRUN_MPI=pmi2 # Debian's MPICH has no PMIx client; Open MPI has
 [ "${DDPC_MPI_FLAVOR:-mpich}" = openmpi ] && SRUN_MPI=pmix
+# one core per rank, as srun --cpu-bind=cores would: unbound, the scheduler
+# now and then puts both ranks' progress threads on one core, and a run's
+# medians at 32-64 MiB swing by 2x between runs
+if [ -z "${MPIEXEC_BIND+set}" ]; then
+    MPIEXEC_BIND="-bind-to core"
+    [ "${DDPC_MPI_FLAVOR:-mpich}" = openmpi ] && MPIEXEC_BIND="--bind-to core"
+fi
 
 [ -x "$BIN" ] || { echo "ddp_bench.sh: $BIN not built (make bench)" >&2; exit 1; }
-: > "$LOG"
 failed=0
+SUMMARY_ONLY=${SUMMARY_ONLY:-0}
+[ "$SUMMARY_ONLY" = 1 ] || : > "$LOG"
 say() { echo "ddp_bench.sh: $*" >&2; }
 
 # CPU idle % over one second (all CPUs; iowait counts as idle)
@@ -99,9 +110,10 @@ run() {
 }
 
 # shellcheck disable=SC2086
-mpirun_t() { timeout -k 10 600 env -u SLURM_CONF $MPIEXEC $MPIEXEC_FLAGS -n "$@"; }
+mpirun_t() { timeout -k 10 600 env -u SLURM_CONF $MPIEXEC $MPIEXEC_FLAGS $MPIEXEC_BIND -n "$@"; }
 
 # ---------------------------------------------------------------- local runs
+[ "$SUMMARY_ONLY" = 1 ] && ROUNDS=0 NET=0
 for r in $(seq "$ROUNDS"); do
     for np in $NP; do
         run "local.allreduce.np$np.$r" mpirun_t "$np" "$BIN" allreduce -s "$SIZES" -r "$REPS" \
@@ -113,10 +125,11 @@ for r in $(seq "$ROUNDS"); do
     done
     # shellcheck disable=SC2086
     run "local.overlap.$r" mpirun_t 2 "$BIN" overlap $OV_ARGS -r "$REPS" -w "$WARMUPS"
+    # shellcheck disable=SC2086
+    run "localoff.overlap.$r" mpirun_t 2 "$BIN" overlap $OV_ARGS -z 1 -r "$REPS" -w "$WARMUPS"
 done
 
 # ---------------------------------------------------------------- network runs
-net_done=0
 if [ "$NET" = 1 ]; then
     # shellcheck source=../tests/slurm/slurm_env.sh
     . "$srcdir/tests/slurm/slurm_env.sh"
@@ -147,17 +160,18 @@ if [ "$NET" = 1 ]; then
         for r in $(seq "$ROUNDS"); do
             # shellcheck disable=SC2086
             run "net.overlap.$r" srun_n "$BIN" overlap $NET_ARGS -r "$NET_REPS" -w 1
+            # shellcheck disable=SC2086
+            run "netoff.overlap.$r" srun_n "$BIN" overlap $NET_ARGS -z 1 -r "$NET_REPS" -w 1
         done
         for h in "${nsp}h1" "${nsp}h2"; do
             echo "# tc $h: $(tc -s qdisc show dev "$h" | tr '\n' ' ' | tr -s ' ')" >> "$LOG"
         done
-        net_done=1
         unset UCX_TLS
     fi
 fi
 
 # ---------------------------------------------------------------- summary
-awk -v net_done="$net_done" -v rate="$RATE" '
+awk -v rate="$RATE" '
 function med(s,   a, n, i, j, t) {   # median of space-separated numbers
     n = split(s, a, " ")
     for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
@@ -169,7 +183,7 @@ function add(k, v) { vals[k] = (k in vals) ? vals[k] " " v : v }
 function addlink(w, b,   k) { k = w SUBSEP b; if (!(k in linkseen)) { linkseen[k] = 1; links[++nlinks] = k }; add("link" SUBSEP k, kv["raw_busbw"]) }
 /^R / {
     tag = $2; split(tag, tp, "."); split("", kv)
-    for (i = 4; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
+    for (i = 3; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
     add("idle", kv["idle"])
     if ($4 == "allreduce" && tp[1] == "local") {
         k = kv["np"] SUBSEP kv["bytes"]; nps[kv["np"]] = 1; sizes[kv["bytes"]] = 1
@@ -201,6 +215,7 @@ function addlink(w, b,   k) { k = w SUBSEP b; if (!(k in linkseen)) { linkseen[k
 }
 /^local\.allreduce.*# ddp_bench/ && !mpiline { mpiline = $0; sub(/^[^#]*# ddp_bench allreduce: /, "", mpiline) }
 END {
+    net_done = ("ov" SUBSEP "net" SUBSEP "compute") in vals
     printf "\nddp_bench: medians over runs (range of the run medians); machine idle before runs: median %d%% (min %d%%)\n", med(vals["idle"]), lo(vals["idle"])
     if (mpiline != "") print "  " mpiline
     n = 0
@@ -227,10 +242,14 @@ END {
         s1 = med(vals["mpi" SUBSEP "single" SUBSEP sz[i]]); s2 = med(vals["mpi" SUBSEP "multiple" SUBSEP sz[i]])
         printf "%8.0f %10.0f %12.0f %8.3f\n", sz[i] / 1048576, s1, s2, s2 / s1; mt = mt " " s2 / s1
     }
-    split("local net", where, " ")
-    for (w = 1; w <= 2; w++) {
+    split("local localoff net netoff", where, " ")
+    wdesc["local"] = "mpiexec -n 2, shared memory"
+    wdesc["localoff"] = "mpiexec -n 2, shared memory, compute off the CPU (-z 1: sgemm -> sleep)"
+    wdesc["net"] = "srun -N2 -n2, TCP over veth shaped to " rate
+    wdesc["netoff"] = "srun -N2 -n2, TCP shaped to " rate ", compute off the CPU (-z 1: sgemm -> sleep)"
+    for (w = 1; w <= 4; w++) {
         W = where[w]; if (!(("ov" SUBSEP W SUBSEP "compute") in vals)) continue
-        printf "\noverlap, %s (%s)%s\n", W == "local" ? "mpiexec -n 2, shared memory" : "srun -N2 -n2, TCP over veth shaped to " rate, desc[W], ""
+        printf "\noverlap, %s (%s)\n", wdesc[W], desc[W]
         printf "%10s %9s %20s %11s %14s\n", "variant", "step_ms", "(range of runs)", "blocked_ms", "other_cpu_ms"
         split("compute overlap nooverlap nb nbtest comm", vn, " ")
         for (i = 1; i <= 6; i++) {
@@ -239,7 +258,7 @@ END {
         }
         for (i = 1; i <= nlinks; i++) {
             split(links[i], lk, SUBSEP)
-            if (lk[1] == W || (W == "net" && lk[1] != "local"))
+            if (lk[1] == W || (W == "net" && (lk[1] == "unshaped" || lk[1] == "shaped")))
                 printf "  link %-9s all-reduce of %5.1f MiB: busbw %.3f GB/s (raw MPI_Allreduce)\n", lk[1], lk[2] / 1048576, med(vals["link" SUBSEP links[i]])
         }
         printf "  speedup T_nooverlap/T_overlap %.3f; hidden (T_no-T_ov)/(T_no-T_compute): thread %.3f, nb %.3f, nbtest %.3f; T_nb/T_overlap %.3f, T_nbtest/T_overlap %.3f\n",
@@ -252,9 +271,15 @@ END {
     printf "\nallreduce_ratio_min=%.3f allreduce_ratio_median=%.3f mt_cost_median=%.3f", rmin, med(rall), med(mt)
     printf " overlap_speedup_local=%.3f hidden_share_local=%.3f thread_vs_nonblocking_local=%.3f",
         med(vals["ovr" SUBSEP "local" SUBSEP "speedup"]), med(vals["ovr" SUBSEP "local" SUBSEP "hidden"]), med(vals["ovr" SUBSEP "local" SUBSEP "tvn"])
+    if (("ovr" SUBSEP "localoff" SUBSEP "speedup") in vals)
+        printf " overlap_speedup_offcpu_local=%.3f hidden_share_offcpu_local=%.3f thread_vs_nonblocking_offcpu_local=%.3f",
+            med(vals["ovr" SUBSEP "localoff" SUBSEP "speedup"]), med(vals["ovr" SUBSEP "localoff" SUBSEP "hidden"]), med(vals["ovr" SUBSEP "localoff" SUBSEP "tvn"])
     if (net_done)
         printf " overlap_speedup_net=%.3f hidden_share_net=%.3f thread_vs_nonblocking=%.3f",
             med(vals["ovr" SUBSEP "net" SUBSEP "speedup"]), med(vals["ovr" SUBSEP "net" SUBSEP "hidden"]), med(vals["ovr" SUBSEP "net" SUBSEP "tvn"])
+    if (net_done && ("ovr" SUBSEP "netoff" SUBSEP "speedup") in vals)
+        printf " overlap_speedup_offcpu_net=%.3f hidden_share_offcpu_net=%.3f thread_vs_nonblocking_offcpu_net=%.3f",
+            med(vals["ovr" SUBSEP "netoff" SUBSEP "speedup"]), med(vals["ovr" SUBSEP "netoff" SUBSEP "hidden"]), med(vals["ovr" SUBSEP "netoff" SUBSEP "tvn"])
     printf "\n"
 }' "$LOG"
 exit $failed
