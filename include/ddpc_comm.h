@@ -1,6 +1,7 @@
 /* ddpc_comm.h: the communicator ("process group"). Collectives over host
- * memory through MPI (the NCCL backend over device memory plugs in behind the
- * same calls), blocking and asynchronous with work handles.
+ * memory through MPI, and over GPU memory through NCCL or through MPI with
+ * pinned host staging, behind the same calls; blocking and asynchronous with
+ * work handles; the GPU each rank uses.
  * Every collective must be called by every rank of the communicator, in the
  * same order, with the same count, dtype, op and root. */
 #ifndef DDPC_COMM_H
@@ -32,20 +33,87 @@ typedef struct ddpc_comm *ddpc_comm_t;
 typedef struct ddpc_work *ddpc_work_t;
 
 /* The communicator over all ranks that ddpc_init made (backend MPI, host
- * memory). Owned by the runtime; valid until ddpc_finalize. */
+ * memory). Owned by the runtime; valid until ddpc_finalize. NULL when MPI
+ * is not wired in this launch (srun --mpi=pmix with an MPI without a PMIx
+ * client, allowed with the nccl backend: then make a device communicator). */
 DDPC_API ddpc_comm_t ddpc_comm_world(ddpc_t rt);
 DDPC_API int ddpc_comm_rank(ddpc_comm_t c);
 DDPC_API int ddpc_comm_size(ddpc_comm_t c);
 DDPC_API ddpc_backend_t ddpc_comm_backend(ddpc_comm_t c);
+DDPC_API const char *ddpc_backend_name(ddpc_backend_t b); /* "auto", "mpi", "nccl", "mpi-staged" */
 DDPC_API ddpc_t ddpc_comm_runtime(ddpc_comm_t c);
+/* The CUDA device of the communicator's buffers, or DDPC_DEVICE_HOST. */
+DDPC_API int ddpc_comm_device(ddpc_comm_t c);
 
-/* Collectives. Buffers are host memory for the MPI backend. send == recv is
- * in-place and allowed for allreduce and broadcast. Counts are elements.
+/* ------------------------------------------------------------------ devices */
+#define DDPC_DEVICE_HOST (-1) /* host memory */
+#define DDPC_DEVICE_AUTO (-2) /* this rank's GPU by the local-rank rule (ddpc_device_select) */
+
+/* The one-GPU-per-rank rule, pure (no CUDA call): ndev visible devices,
+ * `visible` the value of CUDA_VISIBLE_DEVICES (NULL if unset). One visible
+ * GPU: device 0 (srun --gpus-per-task=1, or ranks sharing a GPU); at least
+ * local_size: device local_rank (srun --gpus-per-node); else -1 with the
+ * reason in err (fewer GPUs than ranks on the node, or none). */
+DDPC_API int ddpc_gpu_rule(int local_rank, int local_size, int ndev, const char *visible,
+                           char *err, size_t errlen);
+/* CUDA devices visible to this process; -1 in a build without CUDA or when
+ * the CUDA driver is missing or fails. */
+DDPC_API int ddpc_device_count(void);
+/* Not collective. Picks this rank's GPU by ddpc_gpu_rule from the world's
+ * local rank and local size (DDPC_DEVICE=N forces device N), makes it
+ * current (cudaSetDevice) and logs it at info level with its name and PCI
+ * bus id. DDPC_ERR_CUDA when no GPU is usable, DDPC_ERR_UNSUPPORTED in a
+ * build without CUDA; the message says why. */
+DDPC_API ddpc_status_t ddpc_device_select(ddpc_t rt, int *device);
+
+/* ------------------------------------------------------------------ communicators */
+typedef struct {
+    ddpc_backend_t backend; /* auto: nccl for device memory when compiled in, else
+                               mpi (mpi-staged for device memory); DDPC_BACKEND
+                               overrides */
+    int device;             /* DDPC_DEVICE_HOST, DDPC_DEVICE_AUTO, or a CUDA device */
+    void *stream;           /* cudaStream_t the collectives follow (device memory;
+                               NULL: the legacy default stream) */
+} ddpc_comm_config_t;
+
+#define DDPC_COMM_CONFIG_INIT {DDPC_BACKEND_AUTO, DDPC_DEVICE_HOST, NULL}
+
+/* Collective over every rank of the job: a new communicator. For device
+ * memory, every rank first checks its GPU and the ranks agree before any
+ * NCCL call: if one rank has no usable GPU every rank fails with
+ * DDPC_ERR_CUDA naming those ranks (no hang). The nccl backend needs no MPI:
+ * its unique id travels through ddpc_kvs_bcast (PMIx under srun --mpi=pmix).
+ * Two ranks on one GPU cannot share an NCCL communicator (NCCL refuses a
+ * duplicate GPU): that is DDPC_ERR_UNSUPPORTED naming them; the mpi backend
+ * stages and allows it. */
+DDPC_API ddpc_status_t ddpc_comm_create(ddpc_t rt, const ddpc_comm_config_t *cfg,
+                                        ddpc_comm_t *out);
+/* Waits for outstanding work (up to DDPC_TIMEOUT), frees. NULL and the world
+ * communicator (owned by the runtime) are no-ops. */
+DDPC_API void ddpc_comm_destroy(ddpc_comm_t c);
+/* Device communicators: the stream later collectives follow (see below). */
+DDPC_API ddpc_status_t ddpc_comm_set_stream(ddpc_comm_t c, void *stream);
+/* Host blocks until every collective issued so far on c has completed, up
+ * to timeout_s (< 0: DDPC_TIMEOUT). Returns the communicator's failure if it
+ * failed (a device communicator stays failed once aborted). */
+DDPC_API ddpc_status_t ddpc_comm_synchronize(ddpc_comm_t c, double timeout_s);
+/* DDPC_OK, or the error that aborted a device communicator (its watchdog's
+ * timeout or NCCL's asynchronous error), with the message in
+ * ddpc_last_error. Not collective, does not block. */
+DDPC_API ddpc_status_t ddpc_comm_status(ddpc_comm_t c);
+
+/* Collectives. Buffers are host memory for the mpi backend and memory of the
+ * communicator's device for mpi-staged and nccl. send == recv is in-place
+ * and allowed for allreduce and broadcast. Counts are elements.
  * AVG divides the sum by the size (integers: truncating division).
  * BF16 and F16 support SUM and AVG only (accumulated in their own type, as
  * NCCL does). The i* variants return a work handle at once; the operation
- * runs on the communicator's progress thread, in call order; the buffers
- * must not be touched until the work completes. */
+ * runs in call order (mpi: on the communicator's progress thread; device
+ * backends: after the work enqueued on the communicator's stream at the
+ * call); the buffers must not be touched until the work completes.
+ * On device communicators the blocking calls are stream-ordered, as NCCL's
+ * are: on return the communicator's stream waits for the result (nccl), or
+ * the result is in place (mpi-staged). */
 DDPC_API ddpc_status_t ddpc_allreduce(ddpc_comm_t c, const void *send, void *recv, size_t count,
                                       ddpc_dtype_t dt, ddpc_redop_t op);
 DDPC_API ddpc_status_t ddpc_iallreduce(ddpc_comm_t c, const void *send, void *recv, size_t count,
@@ -66,7 +134,12 @@ DDPC_API ddpc_status_t ddpc_barrier(ddpc_comm_t c);
  * returns the operation's status once done. wait blocks up to timeout_s
  * (< 0: the runtime's DDPC_TIMEOUT) and frees the handle unless it timed out;
  * on DDPC_ERR_TIMEOUT the message names the operation, its sequence number and
- * its size, and the job should be ended with ddpc_abort. */
+ * its size, and the job should be ended with ddpc_abort.
+ * nccl: wait does not block the host: it makes the communicator's stream
+ * wait for the work and frees the handle; the watchdog thread enforces the
+ * timeout (from the call, or timeout_s from the wait when that is earlier)
+ * and on expiry or an NCCL error aborts every NCCL communicator of the
+ * process, logs the operation, and the next call returns the error. */
 DDPC_API ddpc_status_t ddpc_work_test(ddpc_work_t w, int *done);
 DDPC_API ddpc_status_t ddpc_work_wait(ddpc_work_t w, double timeout_s);
 

@@ -80,14 +80,21 @@ typedef enum {
 } ddpc_log_level_t;
 
 /* ------------------------------------------------------------------ config */
-typedef enum { DDPC_BACKEND_AUTO = 0, DDPC_BACKEND_MPI, DDPC_BACKEND_NCCL } ddpc_backend_t;
+typedef enum {
+    DDPC_BACKEND_AUTO = 0,
+    DDPC_BACKEND_MPI,        /* host memory; device memory is then staged (below) */
+    DDPC_BACKEND_NCCL,       /* device memory */
+    DDPC_BACKEND_MPI_STAGED  /* what a device communicator on backend mpi reports */
+} ddpc_backend_t;
 
 /* Options of the runtime. Initialize with DDPC_CONFIG_INIT, then set fields;
  * DDPC_* environment variables override them (doc/options.md). Append-only. */
 typedef struct {
     ddpc_log_level_t log_level; /* DDPC_LOG_LEVEL=error|warn|info|debug */
     double timeout_s;           /* DDPC_TIMEOUT: a collective past this fails (s) */
-    ddpc_backend_t backend;     /* DDPC_BACKEND=auto|mpi|nccl */
+    ddpc_backend_t backend;     /* DDPC_BACKEND=auto|mpi|nccl: device communicators'
+                                   backend; with nccl, a launch whose MPI is not wired
+                                   (PMIx without an MPI PMIx client) is allowed */
     int allow_mpi_mismatch;     /* report, not fail, when MPI and the launcher
                                    disagree on the world (ddpc-info uses this) */
 } ddpc_config_t;

@@ -30,11 +30,20 @@ typedef struct {
     ddpc_dtype_t compress;     /* DDPC_COMPRESS=none|bf16|fp16: wire dtype (F32 = none) */
     int overlap;               /* DDPC_OVERLAP=0|1: launch buckets during backward (1) or
                                   all at wait (0, for comparison) */
+    void *stream;              /* device engines: the caller's compute stream
+                                  (cudaStream_t; NULL: the legacy default stream) */
 } ddpc_ddp_config_t;
 
-#define DDPC_DDP_CONFIG_INIT {(size_t)1 << 20, (size_t)25 << 20, 0, DDPC_F32, 1}
+#define DDPC_DDP_CONFIG_INIT {(size_t)1 << 20, (size_t)25 << 20, 0, DDPC_F32, 1, NULL}
 
-/* Not collective. cfg may be NULL. The engine uses comm for all its traffic. */
+/* Not collective. cfg may be NULL. The engine uses comm for all its traffic.
+ * On a device communicator (nccl, mpi-staged) the arenas (parameters,
+ * gradients, optimizer state) are cudaMalloc'd on the communicator's GPU at
+ * build, and the engine sets the communicator's stream to cfg->stream:
+ * grad_ready(p) is called once the kernel writing p's gradient is enqueued
+ * on that stream; a complete bucket's all-reduce waits for the stream (an
+ * event), runs on the communication stream, and wait() makes the compute
+ * stream wait for it: no host synchronization in a step (nccl). */
 DDPC_API ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg,
                                        ddpc_ddp_t *out);
 /* NULL is a no-op. Waits for outstanding reductions. */
@@ -69,7 +78,11 @@ DDPC_API int ddpc_ddp_num_params(ddpc_ddp_t ddp);
 DDPC_API ddpc_status_t ddpc_ddp_param_info(ddpc_ddp_t ddp, int index, ddpc_param_info_t *info);
 /* Index of a parameter by name, or -1. */
 DDPC_API int ddpc_ddp_find_param(ddpc_ddp_t ddp, const char *name);
-/* Views into the arenas (after build); owned by the engine. */
+/* The CUDA device of the arenas, or DDPC_DEVICE_HOST; the compute stream. */
+DDPC_API int ddpc_ddp_device(ddpc_ddp_t ddp);
+DDPC_API void *ddpc_ddp_stream(ddpc_ddp_t ddp);
+/* Views into the arenas (after build); owned by the engine. Device memory
+ * for a device engine. */
 DDPC_API float *ddpc_ddp_param(ddpc_ddp_t ddp, int index);
 DDPC_API float *ddpc_ddp_grad(ddpc_ddp_t ddp, int index);
 /* The whole arenas: (numel,) float32 each, parameters in registration order. */
@@ -97,7 +110,10 @@ DDPC_API ddpc_status_t ddpc_ddp_grad_ready(ddpc_ddp_t ddp, int index);
  * bucket; gradients are then averaged over ranks and bitwise identical on
  * every rank. Parameters that never became ready: with find_unused their
  * gradient is reduced as it stands (zero if untouched since zero_grad); without it the call
- * fails with DDPC_ERR_STATE naming them (all ranks fail together). */
+ * fails with DDPC_ERR_STATE naming them (all ranks fail together). A device
+ * engine learns of them one step late (the count travels with the step's
+ * collectives and is read at the next wait, so that no step synchronizes
+ * the host), as PyTorch's DDP does. */
 DDPC_API ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t ddp);
 
 /* Message of the last failure on this engine (prefixed with rank). */
@@ -139,7 +155,10 @@ DDPC_API void ddpc_optim_destroy(ddpc_optim_t opt);
 /* One update from the averaged gradients (call after ddpc_ddp_wait). Not
  * collective: every rank computes the same update from identical inputs.
  * *stepped (may be NULL) is 0 when dynamic loss scaling skipped the step
- * because a gradient was inf or NaN (same decision on every rank). */
+ * because a gradient was inf or NaN (same decision on every rank). A device
+ * engine runs the step as CUDA kernels on its stream and keeps the skip
+ * decision on the device: *stepped is then -1 with dynamic loss scaling
+ * (ddpc_optim_last_stepped reads it, synchronizing), else 1. */
 DDPC_API ddpc_status_t ddpc_optim_step(ddpc_optim_t opt, int *stepped);
 
 DDPC_API const ddpc_optim_config_t *ddpc_optim_config(ddpc_optim_t opt);
@@ -159,6 +178,9 @@ DDPC_API double ddpc_optim_last_grad_norm(ddpc_optim_t opt);
 DDPC_API int ddpc_optim_scale_good_steps(ddpc_optim_t opt);
 DDPC_API void ddpc_optim_set_scale_good_steps(ddpc_optim_t opt, int n);
 DDPC_API const char *ddpc_optim_name(ddpc_optim_type_t type); /* "sgd", "adamw" */
+/* 1 if the last step was applied, 0 if loss scaling skipped it. On a device
+ * engine this and the getters above wait for the engine's stream. */
+DDPC_API int ddpc_optim_last_stepped(ddpc_optim_t opt);
 
 #ifdef __cplusplus
 }

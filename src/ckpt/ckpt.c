@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef DDPC_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 const char *ddpc_ckpt_last_error(ddpc_ckpt_t ck) { return ck ? ck->err : "no checkpoint handle"; }
 
 const char *ck_body(ddpc_ckpt_t ck, const char *msg)
@@ -50,6 +54,108 @@ static ddpc_status_t read_env(ddpc_ckpt_t ck)
     return DDPC_OK;
 }
 
+/* ------------------------------------------------------------------ device engines */
+
+#ifdef DDPC_HAVE_CUDA
+#define CK_CU(call, what)                                                                      \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess)                                                                 \
+            return ck_err(ck, DDPC_ERR_CUDA, "%s on GPU %d: %s failed: %s", what, ck->device,   \
+                          #call, cudaGetErrorString(e_));                                      \
+    } while (0)
+#endif
+
+/* The shadow and the bounce buffer, allocated with the handle (never in a
+ * step: NCCL kernels may be spinning then). */
+static ddpc_status_t device_buffers(ddpc_ckpt_t ck)
+{
+#ifdef DDPC_HAVE_CUDA
+    size_t numel = 0;
+    ddpc_ddp_params(ck->ddp, &numel);
+    ck->shadow_numel = (size_t)(1 + ddpc_optim_num_states(ck->opt)) * (numel ? numel : 1);
+    ck->bounce_numel = ck->cfg.chunk_bytes / sizeof(float);
+    if (ck->bounce_numel > ck->shadow_numel)
+        ck->bounce_numel = ck->shadow_numel;
+    CK_CU(cudaSetDevice(ck->device), "checkpoint buffers");
+    CK_CU(cudaHostAlloc((void **)&ck->shadow, ck->shadow_numel * sizeof(float),
+                        cudaHostAllocDefault), "checkpoint buffers");
+    CK_CU(cudaMalloc((void **)&ck->bounce, ck->bounce_numel * sizeof(float)),
+          "checkpoint buffers");
+    return DDPC_OK;
+#else
+    return ck_err(ck, DDPC_ERR_UNSUPPORTED, "device engine in a build without CUDA");
+#endif
+}
+
+/* Arena k (-1: parameters, else optimizer state k) on the device, and its
+ * place in the shadow. */
+static float *arena(ddpc_ckpt_t ck, int k, size_t *numel)
+{
+    if (k < 0)
+        return ddpc_ddp_params(ck->ddp, numel);
+    ddpc_ddp_params(ck->ddp, numel);
+    return ddpc_optim_state(ck->opt, k, NULL);
+}
+
+static ddpc_status_t shadow_copy(ddpc_ckpt_t ck, int to_host)
+{
+    if (ck->device == DDPC_DEVICE_HOST)
+        return DDPC_OK;
+#ifdef DDPC_HAVE_CUDA
+    cudaStream_t s = (cudaStream_t)ddpc_ddp_stream(ck->ddp);
+    CK_CU(cudaSetDevice(ck->device), "checkpoint copy");
+    size_t numel = 0;
+    ddpc_ddp_params(ck->ddp, &numel);
+    for (int k = -1; k < ddpc_optim_num_states(ck->opt); k++) {
+        float *dev = arena(ck, k, NULL), *host = ck->shadow + (size_t)(k + 1) * numel;
+        if (to_host)
+            CK_CU(cudaMemcpyAsync(host, dev, numel * sizeof(float), cudaMemcpyDeviceToHost, s),
+                  "checkpoint snapshot");
+        else
+            CK_CU(cudaMemcpyAsync(dev, host, numel * sizeof(float), cudaMemcpyHostToDevice, s),
+                  "checkpoint restore");
+    }
+    CK_CU(cudaStreamSynchronize(s), to_host ? "checkpoint snapshot" : "checkpoint restore");
+    return DDPC_OK;
+#else
+    return DDPC_ERR_UNSUPPORTED;
+#endif
+}
+
+ddpc_status_t ck_shadow_pull(ddpc_ckpt_t ck) { return shadow_copy(ck, 1); }
+ddpc_status_t ck_shadow_push(ddpc_ckpt_t ck) { return shadow_copy(ck, 0); }
+
+ddpc_status_t ck_bcast(ddpc_ckpt_t ck, void *buf, size_t bytes)
+{
+    if (ck->device == DDPC_DEVICE_HOST)
+        return ddpc_broadcast(ck->comm, buf, bytes, DDPC_U8, 0);
+    return ddpc_kvs_bcast(ck->rt, buf, bytes, 0);
+}
+
+ddpc_status_t ck_bcast_floats(ddpc_ckpt_t ck, float *host, size_t n)
+{
+#ifdef DDPC_HAVE_CUDA
+    cudaStream_t s = (cudaStream_t)ddpc_ddp_stream(ck->ddp);
+    ddpc_status_t st;
+    for (size_t off = 0; off < n; off += ck->bounce_numel) {
+        size_t k = n - off < ck->bounce_numel ? n - off : ck->bounce_numel;
+        if (ck->rank == 0)
+            CK_CU(cudaMemcpyAsync(ck->bounce, host + off, k * sizeof(float),
+                                  cudaMemcpyHostToDevice, s), "checkpoint broadcast");
+        if ((st = ddpc_broadcast(ck->comm, ck->bounce, k, DDPC_F32, 0)) != DDPC_OK)
+            return st;
+        if (ck->rank != 0)
+            CK_CU(cudaMemcpyAsync(host + off, ck->bounce, k * sizeof(float),
+                                  cudaMemcpyDeviceToHost, s), "checkpoint broadcast");
+        CK_CU(cudaStreamSynchronize(s), "checkpoint broadcast");
+    }
+    return DDPC_OK;
+#else
+    return DDPC_ERR_UNSUPPORTED;
+#endif
+}
+
 ddpc_status_t ddpc_ckpt_create(ddpc_ddp_t ddp, ddpc_optim_t opt, const ddpc_ckpt_config_t *cfg,
                                ddpc_ckpt_t *out)
 {
@@ -72,7 +178,11 @@ ddpc_status_t ddpc_ckpt_create(ddpc_ddp_t ddp, ddpc_optim_t opt, const ddpc_ckpt
     *out = ck;
     if (!ddpc_ddp_params(ddp, NULL))
         return ck_err(ck, DDPC_ERR_STATE, "checkpoint handle created before ddpc_ddp_build");
-    return read_env(ck);
+    ddpc_status_t st = read_env(ck);
+    ck->device = ddpc_ddp_device(ddp);
+    if (st == DDPC_OK && ck->device != DDPC_DEVICE_HOST)
+        st = device_buffers(ck);
+    return st;
 }
 
 void ddpc_ckpt_destroy(ddpc_ckpt_t ck)
@@ -86,6 +196,12 @@ void ddpc_ckpt_destroy(ddpc_ckpt_t ck)
     free(ck->job.items);
     free(ck->snap);
     free(ck->user);
+#ifdef DDPC_HAVE_CUDA
+    if (ck->shadow)
+        cudaFreeHost(ck->shadow);
+    if (ck->bounce)
+        cudaFree(ck->bounce);
+#endif
     free(ck);
 }
 
@@ -234,7 +350,10 @@ ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *npar
     int k = 0;
     for (int s = -1; s < ns; s++) { /* s = -1: the parameters */
         const char *sname = "";
-        float *arena = s < 0 ? ddpc_ddp_params(ck->ddp, NULL) : ddpc_optim_state(ck->opt, s, &sname);
+        size_t numel = 0;
+        float *arena = s < 0 ? ddpc_ddp_params(ck->ddp, &numel) : ddpc_optim_state(ck->opt, s, &sname);
+        if (ck->device != DDPC_DEVICE_HOST) /* the host copy of the device arena */
+            arena = ck->shadow + (size_t)(s + 1) * numel;
         for (int i = 0; i < np; i++, k++) {
             ddpc_param_info_t p;
             ddpc_ddp_param_info(ck->ddp, i, &p);
@@ -307,6 +426,8 @@ static ddpc_status_t snapshot(ddpc_ckpt_t ck, ck_job_t *j)
                           "asynchronous save (set DDPC_CKPT_ASYNC=0)", total * sizeof(float));
         ck->snap_numel = total;
     }
+    if (ck->device != DDPC_DEVICE_HOST && j->nitems == j->nparams * (1 + ddpc_optim_num_states(ck->opt)))
+        return DDPC_OK; /* the shadow is the snapshot: the next save joins this one first */
     float *p = ck->snap;
     for (int i = 0; i < j->nitems; i++) {
         memcpy(p, j->items[i].data, j->items[i].numel * sizeof(float));
@@ -327,6 +448,8 @@ static ddpc_status_t start_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
         return st;
     snprintf(j->prefix, sizeof j->prefix, "%s", ck->prefix);
     snprintf(j->dir, sizeof j->dir, "%s", ck->dir);
+    if ((st = ck_shadow_pull(ck)) != DDPC_OK) /* device arenas: to the host copy */
+        return st;
     if (meta)
         j->meta = *meta;
     if (j->meta.rng_bytes > sizeof j->meta.rng)
@@ -364,12 +487,12 @@ static ddpc_status_t start_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
 static ddpc_status_t agree(ddpc_ckpt_t ck, ddpc_status_t st)
 {
     int32_t s = (int32_t)st;
-    ddpc_status_t cst = ddpc_broadcast(ck->comm, &s, 1, DDPC_I32, 0);
+    ddpc_status_t cst = ck_bcast(ck, &s, sizeof s);
     if (cst == DDPC_OK && s != DDPC_OK) {
         char msg[DDPC_ERRMSG_LEN];
         if (ck->rank == 0)
             memcpy(msg, ck->err, sizeof msg);
-        cst = ddpc_broadcast(ck->comm, msg, sizeof msg, DDPC_U8, 0);
+        cst = ck_bcast(ck, msg, sizeof msg);
         if (cst == DDPC_OK && ck->rank != 0)
             ck_err(ck, (ddpc_status_t)s, "failed on rank 0: %s", msg);
     }

@@ -97,6 +97,16 @@ struct ddpc_ckpt {
     ddpc_status_t async_st;       /* result of the last async save, not yet reported */
     float *snap;                  /* host snapshot for async saves */
     size_t snap_numel;
+
+    /* device engines: the arenas live on the GPU. Their host copy (parameters
+     * then each optimizer state, arena by arena) is what the file is written
+     * from (rank 0; also the async snapshot) and loaded into; data windows of
+     * a load travel through a device bounce buffer of the communicator. */
+    int device;
+    float *shadow;                /* (1 + states) x numel, pinned */
+    size_t shadow_numel;
+    float *bounce;                /* device, bounce_numel floats */
+    size_t bounce_numel;
 };
 
 #define ck_err(ck, st, ...) DDPC_HANDLE_ERR(ck, "ckpt", st, __VA_ARGS__)
@@ -113,6 +123,17 @@ uint64_t ck_model_fingerprint(ddpc_ddp_t ddp);
 const char *ck_body(ddpc_ckpt_t ck, const char *msg);
 /* rank 0: join an async save in flight; its status stays in ck->async_st. */
 void ck_join(ddpc_ckpt_t ck);
+
+/* Control messages (host memory) from rank 0 to all: the communicator when
+ * it takes host memory, else the runtime's key exchange. */
+ddpc_status_t ck_bcast(ddpc_ckpt_t ck, void *buf, size_t bytes);
+/* Device engines: the arenas to the shadow (after the engine's stream) and
+ * back; without a device, no-ops. */
+ddpc_status_t ck_shadow_pull(ddpc_ckpt_t ck);
+ddpc_status_t ck_shadow_push(ddpc_ckpt_t ck);
+/* Device engines: broadcast n host floats from rank 0 through the bounce
+ * buffer (n <= bounce_numel). */
+ddpc_status_t ck_bcast_floats(ddpc_ckpt_t ck, float *host, size_t n);
 
 /* write.c: write job->path crash-atomically (tmp, fsync, rename, fsync dir),
  * then keep the newest job->keep. Sets job->st and job->err. */

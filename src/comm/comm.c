@@ -1,54 +1,23 @@
-/* comm.c: the MPI backend of the communicator. Every collective, blocking or
- * not, is queued to one progress thread per communicator that issues it on a
- * private MPI communicator, so the order is the call order on every rank and
- * the caller's thread (the backward pass) keeps computing. Waits time out
- * with a message naming the operation. The NCCL backend is src/comm/nccl.c. */
+/* comm.c: the communicator's front end. Validates every collective, hands
+ * out sequence numbers, and passes the work to the backend (mpi.c: host
+ * memory, or device memory staged through pinned buffers; nccl.c: device
+ * memory). Also the dtypes, the host-side AVG division, and the choice of
+ * each rank's GPU. */
 #include "config.h"
-#include "internal.h"
+#include "comm_internal.h"
 
-#include <errno.h>
-#include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#ifdef DDPC_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #define MOD "comm"
 
-typedef enum { OP_ALLREDUCE, OP_BCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER } op_kind_t;
-static const char *const op_names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
-                                       "barrier"};
-
-struct ddpc_work {
-    struct ddpc_work *next;
-    struct ddpc_comm *comm;
-    op_kind_t kind;
-    const void *send;
-    void *recv;
-    size_t count;
-    ddpc_dtype_t dt;
-    ddpc_redop_t op;
-    int root;
-    uint64_t seq;
-    int done;
-    int waited;     /* a thread sleeps in ddpc_work_wait on it */
-    ddpc_status_t status;
-    char err[DDPC_ERRMSG_LEN];
-};
-
-struct ddpc_comm {
-    ddpc_t rt;
-    MPI_Comm mpi;
-    int rank, size;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t has_work, work_done;
-    struct ddpc_work *head, *tail;
-    int stop, thread_started;
-    uint64_t seq;           /* next sequence number to hand out */
-    MPI_Op half_sum[2];     /* bf16, f16 sum as user ops */
-};
+const char *const comm_op_names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
+                                     "barrier"};
 
 /* ------------------------------------------------------------------ dtypes */
 
@@ -65,47 +34,16 @@ const char *ddpc_dtype_name(ddpc_dtype_t dt)
     return (unsigned)dt < DDPC_DTYPE_COUNT ? nm[dt] : "invalid";
 }
 
-static MPI_Datatype mpi_type(ddpc_dtype_t dt)
+const char *ddpc_backend_name(ddpc_backend_t b)
 {
-    switch (dt) {
-    case DDPC_F32: return MPI_FLOAT;
-    case DDPC_F64: return MPI_DOUBLE;
-    case DDPC_I32: return MPI_INT32_T;
-    case DDPC_I64: return MPI_INT64_T;
-    case DDPC_BF16:
-    case DDPC_F16: return MPI_UINT16_T;
-    case DDPC_U8: return MPI_UINT8_T;
-    default: return MPI_DATATYPE_NULL;
-    }
+    static const char *const nm[] = {"auto", "mpi", "nccl", "mpi-staged"};
+    return (unsigned)b < sizeof nm / sizeof *nm ? nm[b] : "invalid";
 }
 
-static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
+void comm_describe(const struct ddpc_work *w, char *s, size_t n)
 {
-    const uint16_t *a = in;
-    uint16_t *b = inout;
-    for (int i = 0; i < *len; i++)
-        b[i] = ddpc_f32_to_bf16(ddpc_bf16_to_f32(a[i]) + ddpc_bf16_to_f32(b[i]));
-}
-
-static void f16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
-{
-    const uint16_t *a = in;
-    uint16_t *b = inout;
-    for (int i = 0; i < *len; i++)
-        b[i] = ddpc_f32_to_f16(ddpc_f16_to_f32(a[i]) + ddpc_f16_to_f32(b[i]));
-}
-
-static MPI_Op mpi_op(const struct ddpc_comm *c, ddpc_dtype_t dt, ddpc_redop_t op)
-{
-    if (dt == DDPC_BF16 || dt == DDPC_F16)
-        return (op == DDPC_SUM || op == DDPC_AVG) ? c->half_sum[dt == DDPC_F16] : MPI_OP_NULL;
-    switch (op) {
-    case DDPC_SUM:
-    case DDPC_AVG: return MPI_SUM;
-    case DDPC_MIN: return MPI_MIN;
-    case DDPC_MAX: return MPI_MAX;
-    default: return MPI_OP_NULL;
-    }
+    snprintf(s, n, "%s #%llu (%zu x %s, root %d)", comm_op_names[w->kind],
+             (unsigned long long)w->seq, w->count, ddpc_dtype_name(w->dt), w->root);
 }
 
 /* Floats are scaled in blocks of a fixed length, which compilers vectorize at
@@ -169,7 +107,7 @@ static void scale_f64(double *x, size_t n, int size)
 }
 
 /* recv[0..count) /= size, in its own type (AVG after the SUM). */
-static void divide(void *buf, size_t count, ddpc_dtype_t dt, int size)
+void comm_divide(void *buf, size_t count, ddpc_dtype_t dt, int size)
 {
     switch (dt) {
     case DDPC_F32: scale_f32(buf, count, size); break;
@@ -202,139 +140,208 @@ static void divide(void *buf, size_t count, ddpc_dtype_t dt, int size)
     }
 }
 
-/* ------------------------------------------------------------------ progress thread */
+/* ------------------------------------------------------------------ devices */
 
-/* MPI counts are int: large operations go in pieces of at most 1 Gi elements. */
-#define CHUNK ((size_t)1 << 30)
-
-/* All-reduces go in pieces of at most 4 MiB: MPICH 4.0.2 all-reduces 64 MiB
- * in one call at about half the speed of the same bytes in 1-4 MiB calls
- * (shared memory and TCP alike), and AVG's /N pass then finds each piece
- * still in cache instead of streaming the whole buffer from memory again
- * (bench/ddp_bench allreduce; doc/ddp.md, Performance). Pieces are the same
- * on every rank, so results stay identical across ranks. */
-#define PIECE_BYTES ((size_t)4 << 20)
-
-static int run_mpi(struct ddpc_comm *c, struct ddpc_work *w)
+int ddpc_gpu_rule(int local_rank, int local_size, int ndev, const char *visible, char *err,
+                  size_t errlen)
 {
-    MPI_Datatype t = mpi_type(w->dt);
-    size_t es = ddpc_dtype_size(w->dt);
-    int rc = MPI_SUCCESS;
-    switch (w->kind) {
-    case OP_ALLREDUCE: {
-        const size_t piece = PIECE_BYTES / es;
-        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += piece) {
-            size_t n = w->count - off < piece ? w->count - off : piece;
-            const void *s = w->send == w->recv ? MPI_IN_PLACE : (const char *)w->send + off * es;
-            char *r = (char *)w->recv + off * es;
-            rc = MPI_Allreduce(s, r, (int)n, t, mpi_op(c, w->dt, w->op), c->mpi);
-            if (rc == MPI_SUCCESS && w->op == DDPC_AVG && c->size > 1)
-                divide(r, n, w->dt, c->size); /* while the piece is in cache */
-        }
-        break;
+    char cvd[96];
+    if (visible)
+        snprintf(cvd, sizeof cvd, "CUDA_VISIBLE_DEVICES=\"%s\"", visible);
+    else
+        snprintf(cvd, sizeof cvd, "CUDA_VISIBLE_DEVICES unset");
+    if (local_rank < 0 || local_size < 1 || local_rank >= local_size) {
+        snprintf(err, errlen, "local rank %d of %d is not a valid place on this node", local_rank,
+                 local_size);
+        return -1;
     }
-    case OP_BCAST:
-        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += CHUNK) {
-            size_t n = w->count - off < CHUNK ? w->count - off : CHUNK;
-            rc = MPI_Bcast((char *)w->recv + off * es, (int)n, t, w->root, c->mpi);
-        }
-        break;
-    case OP_ALLGATHER:
-        rc = MPI_Allgather(w->send, (int)w->count, t, w->recv, (int)w->count, t, c->mpi);
-        break;
-    case OP_REDUCE_SCATTER:
-        rc = MPI_Reduce_scatter_block(w->send, w->recv, (int)w->count, t,
-                                      mpi_op(c, w->dt, w->op), c->mpi);
-        if (rc == MPI_SUCCESS && w->op == DDPC_AVG && c->size > 1)
-            divide(w->recv, w->count, w->dt, c->size);
-        break;
-    case OP_BARRIER: rc = MPI_Barrier(c->mpi); break;
+    if (ndev <= 0) {
+        snprintf(err, errlen, "no CUDA device visible (%s); under Slurm ask for GPUs with "
+                 "--gpus-per-node or --gpus-per-task", cvd);
+        return -1;
     }
-    return rc;
+    if (ndev == 1)
+        return 0;
+    if (ndev >= local_size)
+        return local_rank;
+    snprintf(err, errlen, "%d ranks on this node but %d GPUs visible (%s): one GPU per rank is "
+             "needed (srun --gpus-per-node=%d, or --gpus-per-task=1)", local_size, ndev, cvd,
+             local_size);
+    return -1;
 }
 
-static void *progress_main(void *arg)
+int ddpc_device_count(void)
 {
-    struct ddpc_comm *c = arg;
-    pthread_mutex_lock(&c->mu);
-    for (;;) {
-        while (!c->head && !c->stop)
-            pthread_cond_wait(&c->has_work, &c->mu);
-        if (!c->head)
-            break; /* stop requested and nothing left */
-        struct ddpc_work *w = c->head;
-        pthread_mutex_unlock(&c->mu);
+#ifdef DDPC_HAVE_CUDA
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : -1;
+#else
+    return -1;
+#endif
+}
 
-        int rc = run_mpi(c, w);
-
-        pthread_mutex_lock(&c->mu);
-        if (rc != MPI_SUCCESS) {
-            char s[MPI_MAX_ERROR_STRING];
-            int len = 0;
-            MPI_Error_string(rc, s, &len);
-            w->status = DDPC_ERR_MPI;
-            snprintf(w->err, sizeof w->err, "%s #%llu failed: %s", op_names[w->kind],
-                     (unsigned long long)w->seq, s);
-        }
-        c->head = w->next;
-        if (!c->head)
-            c->tail = NULL;
-        w->done = 1;
-        /* wake waiters only for what they wait for: ddpc_ddp_wait sleeps on
-         * its last operation, and a wake-up per earlier bucket would take the
-         * core from this thread on a machine without a spare one */
-        if (w->waited)
-            pthread_cond_broadcast(&c->work_done);
+ddpc_status_t ddpc_device_select(ddpc_t rt, int *device)
+{
+    if (!rt || !device)
+        return DDPC_ERR_INVALID;
+    *device = DDPC_DEVICE_HOST;
+#ifdef DDPC_HAVE_CUDA
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess)
+        return ddpc_err(rt, DDPC_ERR_CUDA, "device",
+                        "no usable GPU: cudaGetDeviceCount failed: %s (no NVIDIA driver, or no "
+                        "device in this job's cgroup)", cudaGetErrorString(e));
+    long forced = -1;
+    ddpc_status_t st = ddpc_env_long(rt, "DDPC_DEVICE", 0, 1023, &forced);
+    if (st)
+        return st;
+    int g;
+    char why[256];
+    if (forced >= 0) {
+        if (forced >= n)
+            return ddpc_err(rt, DDPC_ERR_CUDA, "device",
+                            "DDPC_DEVICE=%ld but %d CUDA device(s) are visible", forced, n);
+        g = (int)forced;
+    } else {
+        const ddpc_world_t *w = ddpc_world(rt);
+        g = ddpc_gpu_rule(w->local_rank, w->local_size, n, getenv("CUDA_VISIBLE_DEVICES"), why,
+                          sizeof why);
+        if (g < 0)
+            return ddpc_err(rt, DDPC_ERR_CUDA, "device", "no usable GPU: %s", why);
     }
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
+    if ((e = cudaSetDevice(g)) != cudaSuccess)
+        return ddpc_err(rt, DDPC_ERR_CUDA, "device", "no usable GPU: cudaSetDevice(%d): %s", g,
+                        cudaGetErrorString(e));
+    struct cudaDeviceProp p;
+    char bus[32] = "?";
+    if (cudaGetDeviceProperties(&p, g) == cudaSuccess)
+        cudaDeviceGetPCIBusId(bus, sizeof bus, g);
+    else
+        snprintf(p.name, sizeof p.name, "?");
+    ddpc_log(rt, DDPC_LOG_INFO, "device: GPU %d of %d (%s, PCI %s, sm_%d%d) for local rank %d",
+             g, n, p.name, bus, p.major, p.minor, ddpc_world(rt)->local_rank);
+    *device = g;
+    return DDPC_OK;
+#else
+    return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, "device",
+                    "this ddpc was built without CUDA (configure --with-cuda)");
+#endif
+}
+
+/* ------------------------------------------------------------------ lifecycle */
+
+static struct ddpc_comm *comm_alloc(ddpc_t rt, int device, void *stream)
+{
+    struct ddpc_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->rt = rt;
+    c->device = device;
+    c->stream = stream;
+    c->rank = rt->world.rank;
+    c->size = rt->world.size;
+    pthread_mutex_init(&c->mu, NULL);
+    return c;
+}
+
+static void comm_free(struct ddpc_comm *c)
+{
+    if (c->ops)
+        c->ops->destroy(c);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
 }
 
 ddpc_status_t ddpc_comm_create_world(ddpc_t rt, struct ddpc_comm **out)
 {
-    struct ddpc_comm *c = calloc(1, sizeof *c);
+    struct ddpc_comm *c = comm_alloc(rt, DDPC_DEVICE_HOST, NULL);
     if (!c)
         return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate the world communicator");
-    c->rt = rt;
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi);
-    if (rc != MPI_SUCCESS) {
-        free(c);
-        return ddpc_mpi_err(rt, rc, MOD, "MPI_Comm_dup");
+    c->backend = DDPC_BACKEND_MPI;
+    ddpc_status_t st = comm_mpi_create(c, 0);
+    if (st) {
+        comm_free(c);
+        return st;
     }
-    MPI_Comm_rank(c->mpi, &c->rank);
-    MPI_Comm_size(c->mpi, &c->size);
-    MPI_Op_create(bf16_sum, 1, &c->half_sum[0]);
-    MPI_Op_create(f16_sum, 1, &c->half_sum[1]);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->has_work, NULL);
-    pthread_cond_init(&c->work_done, NULL);
-    if (pthread_create(&c->thread, NULL, progress_main, c) != 0) {
-        ddpc_comm_destroy(c);
-        return ddpc_err(rt, DDPC_ERR_INTERNAL, MOD, "cannot start the progress thread");
-    }
-    c->thread_started = 1;
     *out = c;
     return DDPC_OK;
 }
 
-void ddpc_comm_destroy(struct ddpc_comm *c)
+void ddpc_comm_destroy_internal(struct ddpc_comm *c)
 {
     if (!c)
         return;
-    if (c->thread_started) {
-        pthread_mutex_lock(&c->mu);
-        c->stop = 1;
-        pthread_cond_signal(&c->has_work);
-        pthread_mutex_unlock(&c->mu);
-        pthread_join(c->thread, NULL);
+    if (c->ops)
+        c->ops->synchronize(c, c->rt->cfg.timeout_s);
+    comm_free(c);
+}
+
+void ddpc_comm_destroy(ddpc_comm_t c)
+{
+    if (c && c != c->rt->world_comm)
+        ddpc_comm_destroy_internal(c);
+}
+
+ddpc_status_t ddpc_comm_create(ddpc_t rt, const ddpc_comm_config_t *cfg, ddpc_comm_t *out)
+{
+    static const ddpc_comm_config_t defaults = DDPC_COMM_CONFIG_INIT;
+    if (!rt || !out)
+        return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "ddpc_comm_create: NULL runtime or out");
+    *out = NULL;
+    const ddpc_comm_config_t k = cfg ? *cfg : defaults;
+    /* DDPC_BACKEND (already in the runtime's config) wins over the
+     * communicator's config, which wins over the runtime's default */
+    ddpc_backend_t be = getenv("DDPC_BACKEND") || k.backend == DDPC_BACKEND_AUTO ? rt->cfg.backend
+                                                                                : k.backend;
+    if (be == DDPC_BACKEND_MPI_STAGED)
+        be = DDPC_BACKEND_MPI;
+    if (k.device < DDPC_DEVICE_AUTO)
+        return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "device %d: expected DDPC_DEVICE_HOST (-1), "
+                        "DDPC_DEVICE_AUTO (-2) or a CUDA device number", k.device);
+    if (k.device == DDPC_DEVICE_HOST && be == DDPC_BACKEND_NCCL)
+        return ddpc_err(rt, DDPC_ERR_INVALID, MOD,
+                        "backend nccl needs device memory: set device (DDPC_DEVICE_AUTO) or use "
+                        "backend mpi for host memory");
+    if (be == DDPC_BACKEND_AUTO) {
+#ifdef DDPC_HAVE_NCCL
+        be = k.device == DDPC_DEVICE_HOST ? DDPC_BACKEND_MPI : DDPC_BACKEND_NCCL;
+#else
+        be = DDPC_BACKEND_MPI;
+#endif
     }
-    MPI_Op_free(&c->half_sum[0]);
-    MPI_Op_free(&c->half_sum[1]);
-    MPI_Comm_free(&c->mpi);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->has_work);
-    pthread_cond_destroy(&c->work_done);
-    free(c);
+#ifndef DDPC_HAVE_NCCL
+    if (be == DDPC_BACKEND_NCCL)
+        return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD,
+                        "backend nccl: this ddpc was built without NCCL (configure --with-nccl)");
+#endif
+    struct ddpc_comm *c = comm_alloc(rt, k.device, k.stream);
+    if (!c)
+        return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate a communicator");
+    ddpc_status_t st = DDPC_OK;
+    if (be == DDPC_BACKEND_MPI) {
+        if (c->device == DDPC_DEVICE_AUTO && (st = ddpc_device_select(rt, &c->device)) != DDPC_OK) {
+            comm_free(c);
+            return st;
+        }
+        c->backend = c->device == DDPC_DEVICE_HOST ? DDPC_BACKEND_MPI : DDPC_BACKEND_MPI_STAGED;
+        st = comm_mpi_create(c, c->device != DDPC_DEVICE_HOST);
+    } else {
+#ifdef DDPC_HAVE_NCCL
+        c->backend = DDPC_BACKEND_NCCL;
+        st = comm_nccl_create(c);
+#endif
+    }
+    if (st) {
+        comm_free(c);
+        return st;
+    }
+    char where[32] = "the host";
+    if (c->device != DDPC_DEVICE_HOST)
+        snprintf(where, sizeof where, "GPU %d", c->device);
+    ddpc_log(rt, DDPC_LOG_INFO, "comm: backend %s on %s", ddpc_backend_name(c->backend), where);
+    *out = c;
+    return DDPC_OK;
 }
 
 /* ------------------------------------------------------------------ public calls */
@@ -342,8 +349,19 @@ void ddpc_comm_destroy(struct ddpc_comm *c)
 ddpc_comm_t ddpc_comm_world(ddpc_t rt) { return rt ? rt->world_comm : NULL; }
 int ddpc_comm_rank(ddpc_comm_t c) { return c ? c->rank : -1; }
 int ddpc_comm_size(ddpc_comm_t c) { return c ? c->size : -1; }
-ddpc_backend_t ddpc_comm_backend(ddpc_comm_t c) { return DDPC_BACKEND_MPI; }
+ddpc_backend_t ddpc_comm_backend(ddpc_comm_t c) { return c ? c->backend : DDPC_BACKEND_AUTO; }
 ddpc_t ddpc_comm_runtime(ddpc_comm_t c) { return c ? c->rt : NULL; }
+int ddpc_comm_device(ddpc_comm_t c) { return c ? c->device : DDPC_DEVICE_HOST; }
+
+ddpc_status_t ddpc_comm_set_stream(ddpc_comm_t c, void *stream)
+{
+    if (!c)
+        return DDPC_ERR_INVALID;
+    pthread_mutex_lock(&c->mu);
+    c->stream = stream;
+    pthread_mutex_unlock(&c->mu);
+    return DDPC_OK;
+}
 
 uint64_t ddpc_comm_seq(ddpc_comm_t c)
 {
@@ -351,6 +369,36 @@ uint64_t ddpc_comm_seq(ddpc_comm_t c)
     uint64_t s = c->seq;
     pthread_mutex_unlock(&c->mu);
     return s;
+}
+
+/* The sticky failure of a device communicator, into the runtime's message. */
+static ddpc_status_t failed(ddpc_comm_t c)
+{
+    pthread_mutex_lock(&c->mu);
+    ddpc_status_t st = c->failed;
+    char msg[DDPC_ERRMSG_LEN];
+    if (st)
+        snprintf(msg, sizeof msg, "%s", c->fail_msg);
+    pthread_mutex_unlock(&c->mu);
+    return st ? ddpc_err(c->rt, st, MOD, "%s", msg) : DDPC_OK;
+}
+
+ddpc_status_t ddpc_comm_status(ddpc_comm_t c) { return c ? failed(c) : DDPC_ERR_INVALID; }
+
+ddpc_status_t ddpc_comm_synchronize(ddpc_comm_t c, double timeout_s)
+{
+    if (!c)
+        return DDPC_ERR_INVALID;
+    ddpc_status_t st = c->ops->synchronize(c, timeout_s < 0 ? c->rt->cfg.timeout_s : timeout_s);
+    return st ? st : failed(c);
+}
+
+/* Reductions each dtype supports: BF16/F16 sum and avg only; no reduction of U8. */
+static int op_supported(ddpc_dtype_t dt, ddpc_redop_t op)
+{
+    if ((unsigned)op >= DDPC_REDOP_COUNT || dt == DDPC_U8)
+        return 0;
+    return !((dt == DDPC_BF16 || dt == DDPC_F16) && op != DDPC_SUM && op != DDPC_AVG);
 }
 
 static ddpc_status_t submit(ddpc_comm_t c, op_kind_t kind, const void *send, void *recv,
@@ -363,35 +411,40 @@ static ddpc_status_t submit(ddpc_comm_t c, op_kind_t kind, const void *send, voi
     ddpc_t rt = c->rt;
     if (kind != OP_BARRIER) {
         if (ddpc_dtype_size(dt) == 0)
-            return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "%s: invalid dtype %d", op_names[kind],
+            return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "%s: invalid dtype %d", comm_op_names[kind],
                             (int)dt);
         if (count && (!recv || (kind != OP_BCAST && !send)))
             return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "%s: NULL buffer for %zu elements",
-                            op_names[kind], count);
+                            comm_op_names[kind], count);
     }
-    if ((kind == OP_ALLREDUCE || kind == OP_REDUCE_SCATTER) && mpi_op(c, dt, op) == MPI_OP_NULL)
+    if ((kind == OP_ALLREDUCE || kind == OP_REDUCE_SCATTER) && !op_supported(dt, op))
         return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD, "%s: reduction %d is not supported for %s",
-                        op_names[kind], (int)op, ddpc_dtype_name(dt));
+                        comm_op_names[kind], (int)op, ddpc_dtype_name(dt));
     if (kind == OP_BCAST && (root < 0 || root >= c->size))
         return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "broadcast: root %d is not a rank of 0..%d",
                         root, c->size - 1);
     if ((kind == OP_ALLGATHER || kind == OP_REDUCE_SCATTER) && count > (size_t)INT32_MAX)
         return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD, "%s: count %zu exceeds 2^31-1",
-                        op_names[kind], count);
+                        comm_op_names[kind], count);
+    ddpc_status_t st = failed(c);
+    if (st)
+        return st;
     struct ddpc_work *w = calloc(1, sizeof *w);
     if (!w)
         return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate a work handle");
     *w = (struct ddpc_work){.comm = c, .kind = kind, .send = send, .recv = recv, .count = count,
-                            .dt = dt, .op = op, .root = root};
+                            .dt = dt, .op = op, .root = root, .t_enqueue = ddpc_now()};
+    w->deadline = w->t_enqueue + rt->cfg.timeout_s;
     pthread_mutex_lock(&c->mu);
-    w->seq = c->seq++;
-    if (c->tail)
-        c->tail->next = w;
-    else
-        c->head = w;
-    c->tail = w;
-    pthread_cond_signal(&c->has_work);
+    w->seq = c->seq;
+    st = c->ops->submit(c, w);
+    if (st == DDPC_OK)
+        c->seq++;
     pthread_mutex_unlock(&c->mu);
+    if (st) {
+        free(w);
+        return st;
+    }
     *out = w;
     return DDPC_OK;
 }
@@ -400,12 +453,7 @@ ddpc_status_t ddpc_work_test(ddpc_work_t w, int *done)
 {
     if (!w || !done)
         return DDPC_ERR_INVALID;
-    struct ddpc_comm *c = w->comm;
-    pthread_mutex_lock(&c->mu);
-    *done = w->done;
-    ddpc_status_t st = w->done ? w->status : DDPC_OK;
-    pthread_mutex_unlock(&c->mu);
-    return st;
+    return w->comm->ops->test(w, done);
 }
 
 ddpc_status_t ddpc_work_wait(ddpc_work_t w, double timeout_s)
@@ -413,36 +461,7 @@ ddpc_status_t ddpc_work_wait(ddpc_work_t w, double timeout_s)
     if (!w)
         return DDPC_ERR_INVALID;
     struct ddpc_comm *c = w->comm;
-    if (timeout_s < 0)
-        timeout_s = c->rt->cfg.timeout_s;
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    double whole = floor(timeout_s);
-    dl.tv_sec += (time_t)whole;
-    dl.tv_nsec += (long)((timeout_s - whole) * 1e9);
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
-    int rc = 0;
-    pthread_mutex_lock(&c->mu);
-    w->waited = 1;
-    while (!w->done && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&c->work_done, &c->mu, &dl);
-    int done = w->done;
-    pthread_mutex_unlock(&c->mu);
-    if (!done)
-        return ddpc_err(c->rt, DDPC_ERR_TIMEOUT, MOD,
-                        "%s #%llu (%zu x %s, root %d) did not complete within %gs: another rank "
-                        "has not called it (crashed, stuck, or issuing collectives in a different "
-                        "order); set DDPC_TIMEOUT to wait longer",
-                        op_names[w->kind], (unsigned long long)w->seq, w->count,
-                        ddpc_dtype_name(w->dt), w->root, timeout_s);
-    ddpc_status_t st = w->status;
-    if (st != DDPC_OK)
-        ddpc_err(c->rt, st, MOD, "%s", w->err);
-    free(w);
-    return st;
+    return c->ops->wait(w, timeout_s < 0 ? c->rt->cfg.timeout_s : timeout_s);
 }
 
 static ddpc_status_t run_blocking(ddpc_comm_t c, op_kind_t kind, const void *send, void *recv,

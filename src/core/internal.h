@@ -19,6 +19,7 @@ struct ddpc {
     int own_mpi;                  /* ddpc called MPI_Init */
     int mpi_thread_level;
     int pmix_active;              /* PMIx_Init succeeded and owns discovery */
+    int mpi_unwired;              /* MPI is a singleton in a larger PMIx job (nccl only) */
     unsigned kvs_round;           /* fresh PMIx key per exchange */
     MPI_Comm mpi_world;           /* dup of MPI_COMM_WORLD for runtime traffic */
     struct ddpc_comm *world_comm; /* ddpc_comm_world */
@@ -70,7 +71,10 @@ void ddpc_discover_abort(ddpc_t rt, int code, const char *msg);
 
 /* src/comm: world communicator lifecycle. */
 ddpc_status_t ddpc_comm_create_world(ddpc_t rt, struct ddpc_comm **out);
-void ddpc_comm_destroy(struct ddpc_comm *c);
+void ddpc_comm_destroy_internal(struct ddpc_comm *c);
+/* A launch through PMIx whose MPI is not wired (no PMIx client in MPI): the
+ * world from PMIx alone, node count through the key exchange. */
+ddpc_status_t ddpc_discover_without_mpi(ddpc_t rt);
 
 /* Monotonic seconds. */
 double ddpc_now(void);

@@ -169,7 +169,7 @@ ddpc_status_t ddpc_env_choice(ddpc_t rt, const char *name, const char *const *ch
 static ddpc_status_t read_env_options(ddpc_t rt)
 {
     static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
-    static const char *const backends[] = {"auto", "mpi", "nccl", NULL};
+    static const char *const backends[] = {"auto", "mpi", "nccl", NULL}; /* ddpc_backend_t order */
     int lv = (int)rt->cfg.log_level, be = (int)rt->cfg.backend;
     ddpc_status_t st;
     if ((st = ddpc_env_choice(rt, "DDPC_LOG_LEVEL", levels, &lv)) ||
@@ -232,6 +232,22 @@ ddpc_status_t ddpc_init(const ddpc_config_t *cfg, int *argc, char ***argv, ddpc_
     MPI_Comm_rank(MPI_COMM_WORLD, &rt->world.mpi_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &rt->world.mpi_size);
     if ((st = ddpc_discover_check_mpi(rt)) != DDPC_OK) {
+        /* srun --mpi=pmix with an MPI that has no PMIx client (Debian's
+         * MPICH): every process is a 1-rank MPI job. The nccl backend needs
+         * no MPI (its id goes through PMIx), so that launch is fine there. */
+        if (rt->cfg.backend == DDPC_BACKEND_NCCL && rt->world.source == DDPC_SOURCE_PMIX &&
+            rt->world.mpi_size == 1 && rt->world.size > 1) {
+            rt->mpi_unwired = 1;
+            if ((st = ddpc_discover_without_mpi(rt)) != DDPC_OK)
+                return init_fail(rt, st);
+            rt->err[0] = 0;
+            ddpc_log(rt, DDPC_LOG_INFO,
+                     "world from pmix: local rank %d/%d, node %d/%d; MPI is not wired (no PMIx "
+                     "client in this MPI): backend nccl only, no world communicator; timeout %gs",
+                     rt->world.local_rank, rt->world.local_size, rt->world.node_id,
+                     rt->world.num_nodes, rt->cfg.timeout_s);
+            return DDPC_OK;
+        }
         if (!rt->cfg.allow_mpi_mismatch)
             return init_fail(rt, st);
         return DDPC_OK; /* ddpc-info: world from the launcher, no MPI communicator;
@@ -253,7 +269,7 @@ ddpc_status_t ddpc_finalize(ddpc_t rt)
 {
     if (!rt)
         return DDPC_OK;
-    ddpc_comm_destroy(rt->world_comm);
+    ddpc_comm_destroy_internal(rt->world_comm);
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin && rt->mpi_world != MPI_COMM_NULL)

@@ -9,7 +9,70 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef DDPC_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 const char *ddpc_ddp_last_error(ddpc_ddp_t d) { return d ? d->err : "no engine"; }
+int ddpc_ddp_device(ddpc_ddp_t d) { return d ? d->device : DDPC_DEVICE_HOST; }
+void *ddpc_ddp_stream(ddpc_ddp_t d) { return d ? d->stream : NULL; }
+
+/* ------------------------------------------------------------------ device memory */
+
+ddpc_status_t ddp_cuda_check(ddpc_ddp_t d, int e, const char *call)
+{
+#ifdef DDPC_HAVE_CUDA
+    if (e == cudaSuccess)
+        return DDPC_OK;
+    return ddp_err(d, DDPC_ERR_CUDA, "%s on GPU %d: %s", call, d->device,
+                   cudaGetErrorString((cudaError_t)e));
+#else
+    return ddp_err(d, DDPC_ERR_UNSUPPORTED, "%s: this ddpc was built without CUDA", call);
+#endif
+}
+
+ddpc_status_t ddp_dev_alloc(ddpc_ddp_t d, void **p, size_t bytes, const char *what)
+{
+    *p = NULL;
+#ifdef DDPC_HAVE_CUDA
+    cudaError_t e = cudaSetDevice(d->device);
+    if (e == cudaSuccess)
+        e = cudaMalloc(p, bytes ? bytes : 1);
+    if (e == cudaSuccess)
+        e = cudaMemset(*p, 0, bytes ? bytes : 1);
+    if (e != cudaSuccess)
+        return ddp_err(d, DDPC_ERR_CUDA, "cannot allocate %s (%zu bytes) on GPU %d: %s", what,
+                       bytes, d->device, cudaGetErrorString(e));
+    return DDPC_OK;
+#else
+    return ddp_err(d, DDPC_ERR_UNSUPPORTED, "%s on a GPU: this ddpc was built without CUDA", what);
+#endif
+}
+
+void ddp_dev_free(void *p)
+{
+#ifdef DDPC_HAVE_CUDA
+    if (p)
+        cudaFree(p);
+#endif
+}
+
+/* Control traffic of the engine (the model check) on host buffers: the
+ * communicator when it takes host memory, else the runtime's key exchange
+ * (PMIx or MPI), which every launch has. */
+static ddpc_status_t ctl_bcast(ddpc_ddp_t d, void *buf, size_t bytes)
+{
+    if (d->device == DDPC_DEVICE_HOST)
+        return ddpc_broadcast(d->comm, buf, bytes, DDPC_U8, 0);
+    return ddpc_kvs_bcast(d->rt, buf, bytes, 0);
+}
+
+static ddpc_status_t ctl_allgather(ddpc_ddp_t d, const void *mine, void *all, size_t bytes)
+{
+    if (d->device == DDPC_DEVICE_HOST)
+        return ddpc_allgather(d->comm, mine, all, bytes, DDPC_U8);
+    return ddpc_kvs_allgather(d->rt, mine, all, bytes);
+}
 ddpc_comm_t ddpc_ddp_comm(ddpc_ddp_t d) { return d ? d->comm : NULL; }
 
 /* DDPC_* overrides of the engine's config. */
@@ -53,6 +116,10 @@ ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg, dd
     d->rank = ddpc_comm_rank(comm);
     d->size = ddpc_comm_size(comm);
     d->sync = 1;
+    d->device = ddpc_comm_device(comm);
+    d->stream = d->cfg.stream;
+    if (d->device != DDPC_DEVICE_HOST)
+        ddpc_comm_set_stream(comm, d->stream); /* the buckets follow the compute stream */
     const ddpc_world_t *w = ddpc_world(d->rt);
     snprintf(d->prefix, sizeof d->prefix, "ddpc[rank %d/%d %s]", d->rank, d->size, w->host);
     *out = d; /* so that ddpc_ddp_last_error works on failure */
@@ -71,15 +138,32 @@ void ddpc_ddp_destroy(ddpc_ddp_t d)
 {
     if (!d)
         return;
+    const int dev = d->device != DDPC_DEVICE_HOST;
     for (int b = 0; b < d->nbuckets; b++) {
         if (d->buckets[b].work)
             ddpc_work_wait(d->buckets[b].work, -1);
-        free(d->buckets[b].wire);
+        if (dev)
+            ddp_dev_free(d->buckets[b].wire);
+        else
+            free(d->buckets[b].wire);
+    }
+    if (dev) {
+        ddpc_comm_synchronize(d->comm, -1); /* nothing of ours still in flight */
+        ddp_dev_free(d->param_arena);
+        ddp_dev_free(d->grad_arena);
+        ddp_dev_free(d->d_unready);
+#ifdef DDPC_HAVE_CUDA
+        if (d->h_unready)
+            cudaFreeHost(d->h_unready);
+        if (d->ev_unready)
+            cudaEventDestroy((cudaEvent_t)d->ev_unready);
+#endif
+    } else {
+        free(d->param_arena);
+        free(d->grad_arena);
     }
     free(d->buckets);
     free(d->params);
-    free(d->param_arena);
-    free(d->grad_arena);
     free(d);
 }
 
@@ -157,7 +241,7 @@ static void shape_str(const ddp_desc_t *d, char *s, size_t n)
 static ddpc_status_t verify_across_ranks(ddpc_ddp_t d)
 {
     int64_t n0 = d->nparams;
-    ddpc_status_t st = ddpc_broadcast(d->comm, &n0, 1, DDPC_I64, 0);
+    ddpc_status_t st = ctl_bcast(d, &n0, sizeof n0);
     if (st)
         return ddp_err(d, st, "model check: %s", ddpc_last_error(d->rt));
     size_t n = (size_t)(n0 < d->nparams ? n0 : d->nparams);
@@ -170,7 +254,7 @@ static ddpc_status_t verify_across_ranks(ddpc_ddp_t d)
     if (d->rank == 0)
         for (int i = 0; i < d->nparams; i++)
             describe(&d->params[i], &ref[i]);
-    st = ddpc_broadcast(d->comm, ref, (size_t)n0 * sizeof *ref, DDPC_U8, 0);
+    st = ctl_bcast(d, ref, (size_t)n0 * sizeof *ref);
     if (st) {
         free(ref);
         return ddp_err(d, st, "model check: %s", ddpc_last_error(d->rt));
@@ -190,7 +274,7 @@ static ddpc_status_t verify_across_ranks(ddpc_ddp_t d)
         free(ref);
         return ddp_err(d, DDPC_ERR_NOMEM, "model check: cannot allocate");
     }
-    st = ddpc_allgather(d->comm, &mine, firsts, 1, DDPC_I64);
+    st = ctl_allgather(d, &mine, firsts, sizeof mine);
     if (st) {
         free(ref);
         free(firsts);
@@ -280,26 +364,53 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
         return st;
     size_t bytes = (d->numel ? d->numel : 1) * sizeof(float);
     bytes = (bytes + 63) / 64 * 64;
-    d->param_arena = aligned_alloc(64, bytes);
-    d->grad_arena = aligned_alloc(64, bytes);
-    if (!d->param_arena || !d->grad_arena)
-        return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate 2 arenas of %zu bytes", bytes);
-    memset(d->param_arena, 0, bytes);
-    memset(d->grad_arena, 0, bytes);
+    const int dev = d->device != DDPC_DEVICE_HOST;
+    if (dev) {
+        /* everything a step touches, now: NCCL kernels spin while waiting
+         * for peers, and a cudaMalloc inside a step could deadlock them */
+        if ((st = ddp_dev_alloc(d, (void **)&d->param_arena, bytes, "the parameter arena")) ||
+            (st = ddp_dev_alloc(d, (void **)&d->grad_arena, bytes, "the gradient arena")) ||
+            (st = ddp_dev_alloc(d, (void **)&d->d_unready, sizeof(int32_t), "a counter")))
+            return st;
+#ifdef DDPC_HAVE_CUDA
+        cudaEvent_t ev;
+        if ((st = ddp_cuda_check(d, cudaHostAlloc((void **)&d->h_unready, 2 * sizeof(int32_t),
+                                                  cudaHostAllocDefault), "cudaHostAlloc")) ||
+            (st = ddp_cuda_check(d, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                                 "cudaEventCreate")))
+            return st;
+        d->ev_unready = ev;
+#endif
+    } else {
+        d->param_arena = aligned_alloc(64, bytes);
+        d->grad_arena = aligned_alloc(64, bytes);
+        if (!d->param_arena || !d->grad_arena)
+            return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate 2 arenas of %zu bytes", bytes);
+        memset(d->param_arena, 0, bytes);
+        memset(d->grad_arena, 0, bytes);
+    }
     if ((st = ddp_plan_buckets(d)) != DDPC_OK)
         return st;
     if (d->cfg.compress != DDPC_F32)
         for (int b = 0; b < d->nbuckets; b++) {
-            d->buckets[b].wire = malloc((d->buckets[b].numel ? d->buckets[b].numel : 1) * 2);
-            if (!d->buckets[b].wire)
+            size_t wb = (d->buckets[b].numel ? d->buckets[b].numel : 1) * 2;
+            if (dev) {
+                if ((st = ddp_dev_alloc(d, (void **)&d->buckets[b].wire, wb,
+                                        "a compression buffer")))
+                    return st;
+            } else if (!(d->buckets[b].wire = malloc(wb))) {
                 return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the compression buffers");
+            }
         }
     for (int b = 0; b < d->nbuckets; b++)
         d->buckets[b].pending = d->buckets[b].last_param - d->buckets[b].first_param + 1;
     d->built = 1;
-    ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s",
+    char where[32] = "the host";
+    if (dev)
+        snprintf(where, sizeof where, "GPU %d", d->device);
+    ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s, arenas on %s",
              d->nparams, d->numel, d->nbuckets, d->cfg.first_bucket_bytes, d->cfg.bucket_bytes,
-             d->cfg.compress != DDPC_F32 ? ", compressed" : "");
+             d->cfg.compress != DDPC_F32 ? ", compressed" : "", where);
     return DDPC_OK;
 }
 

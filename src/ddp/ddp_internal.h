@@ -26,7 +26,8 @@ typedef struct {
     int pending;          /* parameters not yet ready in this step */
     int launched;
     ddpc_work_t work;
-    uint16_t *wire;       /* compression: (numel,) bf16/fp16 copy on the wire */
+    uint16_t *wire;       /* compression: (numel,) bf16/fp16 copy on the wire (device
+                             memory for a device engine) */
 } ddp_bucket_t;
 
 struct ddpc_ddp {
@@ -50,7 +51,23 @@ struct ddpc_ddp {
     int sync;             /* 0: accumulation micro-step */
     int step_active;      /* some grad_ready since the last wait */
     double t_first_launch, comm_s, blocked_s;
+
+    /* device engines (device >= 0): arenas are cudaMalloc'd on it */
+    int device;
+    void *stream;           /* cudaStream_t of the caller's compute */
+    int32_t *d_unready;     /* (1,) device: MAX over ranks of unready parameters */
+    int32_t *h_unready;     /* (2,) pinned: [0] this rank's count, [1] the MAX read back */
+    void *ev_unready;       /* cudaEvent_t after the read-back */
+    int unready_pending;    /* a count is in flight, to check at the next wait */
+    int prev_unready;       /* this rank's count of that step */
+    char prev_names[768];   /* and the parameters */
 };
+
+/* Device memory helpers (ddp.c), DDPC_ERR_CUDA with the call on failure;
+ * without CUDA they return DDPC_ERR_UNSUPPORTED. */
+ddpc_status_t ddp_dev_alloc(ddpc_ddp_t d, void **p, size_t bytes, const char *what);
+void ddp_dev_free(void *p);
+ddpc_status_t ddp_cuda_check(ddpc_ddp_t d, int cuda_error, const char *call);
 
 #define ddp_err(d, st, ...) DDPC_HANDLE_ERR(d, "ddp", st, __VA_ARGS__)
 

@@ -1,6 +1,10 @@
 # src/ddp: the DDP engine (registry, bucket plan, reducer) and the optimizers.
 include_HEADERS += include/ddpc_ddp.h
 libddpc_la_SOURCES += src/ddp/ddp_internal.h src/ddp/ddp.c src/ddp/reducer.c src/ddp/optim.c
+if HAVE_CUDA
+libddpc_la_SOURCES += src/ddp/cuda_kernels.h src/ddp/cuda_kernels.cu
+endif
+EXTRA_DIST += src/ddp/cuda_kernels.h src/ddp/cuda_kernels.cu
 if HAVE_CHECK
 check_PROGRAMS += tests/mpi_ddp
 tests_mpi_ddp_SOURCES = tests/mpi_ddp.c tests/mpitest.h

@@ -2,13 +2,20 @@
  * rules: SGD (momentum, dampening, Nesterov, L2 weight decay) and AdamW
  * (decoupled weight decay, bias correction), global-norm clipping, and
  * dynamic loss scaling. Every rank holds identical averaged gradients, so
- * every rank makes the same decisions without communicating. CPU only here. */
+ * every rank makes the same decisions without communicating. On a device
+ * engine the same rules run as CUDA kernels on the engine's stream
+ * (cuda_kernels.cu), with the scalars (scale, steps, norm, skip) on the
+ * device; the getters read them back when asked. */
 #include "config.h"
 #include "ddp_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef DDPC_HAVE_CUDA
+#include "cuda_kernels.h"
+#endif
 
 struct ddpc_optim {
     ddpc_ddp_t ddp;
@@ -20,7 +27,45 @@ struct ddpc_optim {
     double scale;      /* dynamic loss scale */
     int good_steps;    /* since the last overflow or growth */
     double last_norm;
+    int last_stepped;
+    int device;        /* the engine's; DDPC_DEVICE_HOST for the CPU rules */
+#ifdef DDPC_HAVE_CUDA
+    ddpc_cuda_optim_scalars_t *sc; /* device: the scalars above, authoritative there */
+    double *partials;  /* device: DDPC_CUDA_OPTIM_PARTIALS */
+#endif
 };
+
+#ifdef DDPC_HAVE_CUDA
+/* Device scalars to and from the host struct, after the engine's stream. */
+static ddpc_status_t pull(ddpc_optim_t o)
+{
+    ddpc_ddp_t d = o->ddp;
+    ddpc_cuda_optim_scalars_t h;
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)d->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(&h, o->sc, sizeof h, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess)
+        return ddp_cuda_check(d, e, "reading the optimizer's scalars");
+    o->scale = h.scale;
+    o->last_norm = h.last_norm;
+    o->steps = h.steps;
+    o->good_steps = h.good_steps;
+    o->last_stepped = h.stepped;
+    return DDPC_OK;
+}
+
+static ddpc_status_t push(ddpc_optim_t o)
+{
+    ddpc_ddp_t d = o->ddp;
+    ddpc_cuda_optim_scalars_t h = {o->scale, o->last_norm, (unsigned long long)o->steps,
+                                   o->good_steps, o->last_stepped};
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)d->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(o->sc, &h, sizeof h, cudaMemcpyHostToDevice);
+    return e == cudaSuccess ? DDPC_OK : ddp_cuda_check(d, e, "writing the optimizer's scalars");
+}
+#define ON_DEVICE(o) ((o)->device != DDPC_DEVICE_HOST)
+#endif
 
 const char *ddpc_optim_name(ddpc_optim_type_t t)
 {
@@ -71,6 +116,31 @@ ddpc_status_t ddpc_optim_create(ddpc_ddp_t d, const ddpc_optim_config_t *cfg, dd
         o->state_names[1] = "exp_avg_sq";
     }
     size_t bytes = ((d->numel ? d->numel : 1) * sizeof(float) + 63) / 64 * 64;
+    o->device = d->device;
+    o->last_stepped = 1;
+    if (o->device != DDPC_DEVICE_HOST) {
+#ifdef DDPC_HAVE_CUDA
+        ddpc_status_t st = DDPC_OK;
+        for (int k = 0; k < o->nstates && !st; k++)
+            st = ddp_dev_alloc(d, (void **)&o->state[k], bytes, "optimizer state");
+        if (!st)
+            st = ddp_dev_alloc(d, (void **)&o->sc, sizeof *o->sc, "optimizer scalars");
+        if (!st)
+            st = ddp_dev_alloc(d, (void **)&o->partials,
+                               DDPC_CUDA_OPTIM_PARTIALS * sizeof(double), "optimizer workspace");
+        if (!st)
+            st = push(o);
+        if (st) {
+            ddpc_optim_destroy(o);
+            return st;
+        }
+        *out = o;
+        return DDPC_OK;
+#else
+        ddpc_optim_destroy(o);
+        return ddp_err(d, DDPC_ERR_UNSUPPORTED, "device optimizer without CUDA");
+#endif
+    }
     for (int k = 0; k < o->nstates; k++) {
         o->state[k] = aligned_alloc(64, bytes);
         if (!o->state[k]) {
@@ -87,6 +157,17 @@ void ddpc_optim_destroy(ddpc_optim_t o)
 {
     if (!o)
         return;
+#ifdef DDPC_HAVE_CUDA
+    if (ON_DEVICE(o)) {
+        cudaStreamSynchronize((cudaStream_t)o->ddp->stream);
+        for (int k = 0; k < o->nstates; k++)
+            ddp_dev_free(o->state[k]);
+        ddp_dev_free(o->sc);
+        ddp_dev_free(o->partials);
+        free(o);
+        return;
+    }
+#endif
     for (int k = 0; k < o->nstates; k++)
         free(o->state[k]);
     free(o);
@@ -143,12 +224,25 @@ ddpc_status_t ddpc_optim_step(ddpc_optim_t o, int *stepped)
     float *p = d->param_arena, *g = d->grad_arena;
     if (stepped)
         *stepped = 0;
+#ifdef DDPC_HAVE_CUDA
+    if (ON_DEVICE(o)) {
+        ddpc_status_t st = ddp_cuda_check(
+            d, ddpc_cuda_optim_step(&o->cfg, n, p, g, o->state[0], o->state[1], o->sc,
+                                    o->partials, (cudaStream_t)d->stream),
+            "the optimizer step");
+        if (st == DDPC_OK && stepped)
+            *stepped = o->cfg.dynamic_loss_scale ? -1 : 1;
+        return st;
+    }
+#endif
     double ss = sumsq(g, n);
+    o->last_stepped = 1;
     if (o->cfg.dynamic_loss_scale) {
         if (!isfinite(ss)) { /* overflow: skip, back off (identical on all ranks) */
             o->scale *= 0.5;
             o->good_steps = 0;
             o->last_norm = INFINITY;
+            o->last_stepped = 0;
             return DDPC_OK;
         }
         const float inv = (float)(1.0 / o->scale);
@@ -189,10 +283,42 @@ float *ddpc_optim_state(ddpc_optim_t o, int k, const char **name)
     return o->state[k];
 }
 
-uint64_t ddpc_optim_steps(ddpc_optim_t o) { return o ? o->steps : 0; }
-void ddpc_optim_set_steps(ddpc_optim_t o, uint64_t s) { if (o) o->steps = s; }
-double ddpc_optim_loss_scale(ddpc_optim_t o) { return o ? o->scale : 1.0; }
-void ddpc_optim_set_loss_scale(ddpc_optim_t o, double s) { if (o && s > 0) o->scale = s; }
-double ddpc_optim_last_grad_norm(ddpc_optim_t o) { return o ? o->last_norm : 0; }
-int ddpc_optim_scale_good_steps(ddpc_optim_t o) { return o ? o->good_steps : 0; }
-void ddpc_optim_set_scale_good_steps(ddpc_optim_t o, int n) { if (o && n >= 0) o->good_steps = n; }
+/* The scalars' getters and setters: on a device engine they go through the
+ * device copy (synchronizing with the engine's stream). */
+#ifdef DDPC_HAVE_CUDA
+#define PULL(o) ((o) && ON_DEVICE(o) ? (void)pull(o) : (void)0)
+#define PUSH(o) ((o) && ON_DEVICE(o) ? (void)push(o) : (void)0)
+#else
+#define PULL(o) ((void)0)
+#define PUSH(o) ((void)0)
+#endif
+
+uint64_t ddpc_optim_steps(ddpc_optim_t o) { PULL(o); return o ? o->steps : 0; }
+void ddpc_optim_set_steps(ddpc_optim_t o, uint64_t s)
+{
+    if (!o)
+        return;
+    PULL(o);
+    o->steps = s;
+    PUSH(o);
+}
+double ddpc_optim_loss_scale(ddpc_optim_t o) { PULL(o); return o ? o->scale : 1.0; }
+void ddpc_optim_set_loss_scale(ddpc_optim_t o, double s)
+{
+    if (!o || !(s > 0))
+        return;
+    PULL(o);
+    o->scale = s;
+    PUSH(o);
+}
+double ddpc_optim_last_grad_norm(ddpc_optim_t o) { PULL(o); return o ? o->last_norm : 0; }
+int ddpc_optim_scale_good_steps(ddpc_optim_t o) { PULL(o); return o ? o->good_steps : 0; }
+void ddpc_optim_set_scale_good_steps(ddpc_optim_t o, int n)
+{
+    if (!o || n < 0)
+        return;
+    PULL(o);
+    o->good_steps = n;
+    PUSH(o);
+}
+int ddpc_optim_last_stepped(ddpc_optim_t o) { PULL(o); return o ? o->last_stepped : 0; }

@@ -4,12 +4,21 @@
  * on. wait() launches the rest, checks that no parameter was left unready
  * (on every rank at once), and waits. Averaging happens in the reduction
  * (uncompressed: SUM then /N on the progress thread) or in the conversion
- * copy (compressed: g/N rounded to bf16/fp16, then SUM). */
+ * copy (compressed: g/N rounded to bf16/fp16, then SUM). A device engine
+ * does the same on its stream: the conversions are kernels, the all-reduces
+ * wait for the compute stream through the communicator, and wait() makes
+ * the compute stream wait for them (cuda_kernels.cu, src/comm/nccl.c). */
 #include "config.h"
 #include "ddp_internal.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#ifdef DDPC_HAVE_CUDA
+#include "cuda_kernels.h"
+#endif
+
+#define ON_DEVICE(d) ((d)->device != DDPC_DEVICE_HOST)
 
 ddpc_status_t ddpc_ddp_set_sync(ddpc_ddp_t d, int sync)
 {
@@ -28,6 +37,12 @@ ddpc_status_t ddpc_ddp_zero_grad(ddpc_ddp_t d)
         return d ? ddp_err(d, DDPC_ERR_STATE, "zero_grad before build") : DDPC_ERR_INVALID;
     if (d->step_active)
         return ddp_err(d, DDPC_ERR_STATE, "zero_grad while reductions may be running (before wait)");
+    if (ON_DEVICE(d)) {
+#ifdef DDPC_HAVE_CUDA
+        return ddp_cuda_check(d, cudaMemsetAsync(d->grad_arena, 0, d->numel * sizeof(float),
+                                                 (cudaStream_t)d->stream), "cudaMemsetAsync");
+#endif
+    }
     memset(d->grad_arena, 0, d->numel * sizeof(float));
     return DDPC_OK;
 }
@@ -44,7 +59,15 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
     } else {
         /* fold the 1/N into the conversion copy: no extra pass */
         const float inv = 1.0f / (float)d->size;
-        if (d->cfg.compress == DDPC_BF16)
+        if (ON_DEVICE(d)) {
+#ifdef DDPC_HAVE_CUDA
+            if ((st = ddp_cuda_check(d, ddpc_cuda_pack_half(g, bk->wire, bk->numel, inv,
+                                                            d->cfg.compress == DDPC_F16,
+                                                            (cudaStream_t)d->stream),
+                                     "packing a bucket")))
+                return st;
+#endif
+        } else if (d->cfg.compress == DDPC_BF16)
             for (size_t i = 0; i < bk->numel; i++)
                 bk->wire[i] = ddpc_f32_to_bf16(g[i] * inv);
         else
@@ -125,6 +148,56 @@ static void list_unready(ddpc_ddp_t d, char *s, size_t n)
         snprintf(s + k, n - k, " and %d more", more);
 }
 
+/* Device engines: the previous step's count of unready parameters (the MAX
+ * over ranks, read back into pinned memory long since: its event is past),
+ * then this step's, enqueued behind the buckets: no host synchronization.
+ * *late is the previous step's verdict, the same on every rank. */
+static ddpc_status_t device_unready(ddpc_ddp_t d, int unready, ddpc_status_t *late)
+{
+    *late = DDPC_OK;
+#ifdef DDPC_HAVE_CUDA
+    cudaStream_t s = (cudaStream_t)d->stream;
+    ddpc_status_t st;
+    if (d->unready_pending) {
+        if ((st = ddp_cuda_check(d, cudaEventSynchronize((cudaEvent_t)d->ev_unready),
+                                 "reading the unready-parameter count")))
+            return st;
+        d->unready_pending = 0;
+        int worst = d->h_unready[1];
+        if (worst > 0)
+            *late = d->prev_unready
+                        ? ddp_err(d, DDPC_ERR_STATE,
+                                  "%d parameter(s) got no gradient in the previous step: %s. "
+                                  "Call grad_ready for every parameter, or enable find_unused "
+                                  "(DDPC_FIND_UNUSED=1)", d->prev_unready, d->prev_names)
+                        : ddp_err(d, DDPC_ERR_REMOTE,
+                                  "another rank had %d parameter(s) without a gradient in the "
+                                  "previous step (see its message); enable find_unused "
+                                  "(DDPC_FIND_UNUSED=1) if parameters may go unused", worst);
+    }
+    d->prev_unready = unready;
+    if (unready)
+        list_unready(d, d->prev_names, sizeof d->prev_names);
+    d->h_unready[0] = unready;
+    if ((st = ddp_cuda_check(d, cudaMemcpyAsync(d->d_unready, &d->h_unready[0], sizeof(int32_t),
+                                                cudaMemcpyHostToDevice, s),
+                             "cudaMemcpyAsync")))
+        return st;
+    if ((st = ddpc_allreduce(d->comm, d->d_unready, d->d_unready, 1, DDPC_I32, DDPC_MAX)))
+        return ddp_err(d, st, "unready-parameter check: %s", ddpc_last_error(d->rt));
+    if ((st = ddp_cuda_check(d, cudaMemcpyAsync(&d->h_unready[1], d->d_unready, sizeof(int32_t),
+                                                cudaMemcpyDeviceToHost, s),
+                             "cudaMemcpyAsync")) ||
+        (st = ddp_cuda_check(d, cudaEventRecord((cudaEvent_t)d->ev_unready, s),
+                             "cudaEventRecord")))
+        return st;
+    d->unready_pending = 1;
+    return DDPC_OK;
+#else
+    return ddp_err(d, DDPC_ERR_UNSUPPORTED, "device engine without CUDA");
+#endif
+}
+
 ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
 {
     if (!d || !d->built)
@@ -143,11 +216,19 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     while (st == DDPC_OK && d->next_launch < d->nbuckets)
         st = launch(d, d->next_launch);
     /* Without find_unused a missing gradient is an error, and every rank must
-     * learn it in the same step: one small MAX after the buckets. */
+     * learn it in the same step: one small MAX after the buckets (a device
+     * engine reads it back at the next wait). */
     int64_t worst = unready;
-    if (st == DDPC_OK && !d->cfg.find_unused && d->size > 1 &&
-        (st = ddpc_allreduce(d->comm, &worst, &worst, 1, DDPC_I64, DDPC_MAX)) != DDPC_OK)
-        st = ddp_err(d, st, "unready-parameter check: %s", ddpc_last_error(d->rt));
+    ddpc_status_t late = DDPC_OK;
+    if (st == DDPC_OK && !d->cfg.find_unused && d->size > 1) {
+        if (ON_DEVICE(d)) {
+            st = device_unready(d, unready, &late);
+            worst = 0;
+        } else if ((st = ddpc_allreduce(d->comm, &worst, &worst, 1, DDPC_I64, DDPC_MAX)) !=
+                   DDPC_OK) {
+            st = ddp_err(d, st, "unready-parameter check: %s", ddpc_last_error(d->rt));
+        }
+    }
     for (int b = 0; b < d->nbuckets; b++) {
         ddp_bucket_t *bk = &d->buckets[b];
         if (!bk->launched || !bk->work)
@@ -162,7 +243,16 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
             st = ddp_err(d, ws, "bucket %d: %s", b, ddpc_last_error(d->rt));
         if (ws == DDPC_OK && d->cfg.compress != DDPC_F32) {
             float *g = d->grad_arena + bk->offset;
-            if (d->cfg.compress == DDPC_BF16)
+            if (ON_DEVICE(d)) {
+#ifdef DDPC_HAVE_CUDA
+                ddpc_status_t us = ddp_cuda_check(
+                    d, ddpc_cuda_unpack_half(bk->wire, g, bk->numel, d->cfg.compress == DDPC_F16,
+                                             (cudaStream_t)d->stream),
+                    "unpacking a bucket");
+                if (us && st == DDPC_OK)
+                    st = us;
+#endif
+            } else if (d->cfg.compress == DDPC_BF16)
                 for (size_t i = 0; i < bk->numel; i++)
                     g[i] = ddpc_bf16_to_f32(bk->wire[i]);
             else
@@ -173,6 +263,8 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     double t1 = ddpc_now();
     d->comm_s = t1 - d->t_first_launch;
     d->blocked_s = t1 - t0;
+    if (st == DDPC_OK && late != DDPC_OK)
+        st = late;
     if (st == DDPC_OK && worst > 0 && !d->cfg.find_unused) {
         char names[768];
         list_unready(d, names, sizeof names);

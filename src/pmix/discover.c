@@ -288,6 +288,30 @@ ddpc_status_t ddpc_discover_check_mpi(ddpc_t rt)
     return derive_locality(rt);
 }
 
+ddpc_status_t ddpc_discover_without_mpi(ddpc_t rt)
+{
+    ddpc_world_t *w = &rt->world;
+    if (w->num_nodes > 0)
+        return DDPC_OK;
+    int32_t *ids = malloc((size_t)w->size * sizeof *ids);
+    if (!ids)
+        return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate %d node ids", w->size);
+    int32_t mine = w->node_id;
+    ddpc_status_t st = ddpc_kvs_allgather(rt, &mine, ids, sizeof mine);
+    if (st == DDPC_OK) {
+        int nodes = 0;
+        for (int r = 0; r < w->size; r++) {
+            int first = 1;
+            for (int q = 0; q < r && first; q++)
+                first = ids[q] != ids[r];
+            nodes += first;
+        }
+        w->num_nodes = nodes;
+    }
+    free(ids);
+    return st;
+}
+
 void ddpc_discover_finalize(ddpc_t rt)
 {
 #ifdef DDPC_HAVE_PMIX

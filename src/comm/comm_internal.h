@@ -1,0 +1,80 @@
+/* comm_internal.h: what the communicator's front end (comm.c) and its
+ * backends share: the work handle, the backend table, the communicator.
+ * Backends: mpi.c (host memory; device memory staged through pinned host
+ * buffers) and nccl.c (device memory, --with-nccl). */
+#ifndef DDPC_COMM_INTERNAL_H
+#define DDPC_COMM_INTERNAL_H
+
+#include "internal.h"
+
+#include <pthread.h>
+
+typedef enum { OP_ALLREDUCE, OP_BCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER } op_kind_t;
+extern const char *const comm_op_names[];
+
+struct ddpc_work {
+    struct ddpc_work *next;
+    struct ddpc_comm *comm;
+    op_kind_t kind;
+    const void *send;
+    void *recv;
+    size_t count;
+    ddpc_dtype_t dt;
+    ddpc_redop_t op;
+    int root;
+    uint64_t seq;
+    int done;
+    int waited;      /* mpi: a thread sleeps in ddpc_work_wait on it */
+    int refs;        /* nccl: the caller's handle and the watchdog's list */
+    ddpc_status_t status;
+    double t_enqueue, deadline; /* ddpc_now() seconds */
+    void *ev_ready;  /* device backends: cudaEvent_t recorded on the caller's stream */
+    void *ev_done;   /* nccl: cudaEvent_t recorded on the communication stream */
+    char err[DDPC_ERRMSG_LEN];
+};
+
+struct ddpc_comm;
+
+/* A backend. submit is called with c->mu held and w->seq assigned, so that
+ * the order of sequence numbers is the order of issue. wait frees w unless
+ * it returns DDPC_ERR_TIMEOUT. */
+typedef struct comm_ops {
+    ddpc_status_t (*submit)(struct ddpc_comm *c, struct ddpc_work *w);
+    ddpc_status_t (*test)(struct ddpc_work *w, int *done);
+    ddpc_status_t (*wait)(struct ddpc_work *w, double timeout_s);
+    ddpc_status_t (*synchronize)(struct ddpc_comm *c, double timeout_s);
+    void (*abort)(struct ddpc_comm *c);
+    void (*destroy)(struct ddpc_comm *c);
+} comm_ops_t;
+
+struct ddpc_comm {
+    ddpc_t rt;
+    const comm_ops_t *ops;
+    ddpc_backend_t backend;  /* mpi, mpi-staged or nccl: never auto */
+    int rank, size;
+    int device;              /* DDPC_DEVICE_HOST or the CUDA device of the buffers */
+    void *stream;            /* cudaStream_t the collectives follow (NULL: legacy default) */
+    pthread_mutex_t mu;
+    uint64_t seq;            /* next sequence number to hand out */
+    ddpc_status_t failed;    /* device backends: sticky, once aborted */
+    char fail_msg[DDPC_ERRMSG_LEN]; /* its message, without the rank prefix */
+    void *impl;              /* the backend's state */
+};
+
+/* Errors of a call go to the runtime's message (ddpc_last_error), as
+ * ddpc_err(c->rt, st, "comm", ...). */
+
+/* "allreduce #17 (1048576 x float32, root 0)" */
+void comm_describe(const struct ddpc_work *w, char *s, size_t n);
+
+/* Backends' constructors: fill c->ops and c->impl (c->rt, rank, size,
+ * device, stream, mu set by the caller). Collective. */
+ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged);
+#ifdef DDPC_HAVE_NCCL
+ddpc_status_t comm_nccl_create(struct ddpc_comm *c);
+#endif
+
+/* f32/f64/int AVG after a SUM on the host: buf[0..count) /= size. */
+void comm_divide(void *buf, size_t count, ddpc_dtype_t dt, int size);
+
+#endif

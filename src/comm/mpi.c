@@ -1,0 +1,494 @@
+/* mpi.c: the MPI backends of the communicator. Every collective, blocking or
+ * not, is queued to one progress thread per communicator that issues it on a
+ * private MPI communicator, so the order is the call order on every rank and
+ * the caller's thread (the backward pass) keeps computing. Waits time out
+ * with a message naming the operation.
+ * Backend "mpi" works on host memory. Backend "mpi-staged" works on device
+ * memory: the progress thread waits for the caller's stream (an event
+ * recorded at submit), copies each piece into a pinned host buffer, reduces
+ * it with MPI and copies it back; several ranks may share one GPU this way,
+ * and sites without NCCL can still train on GPUs. Not here: NCCL (nccl.c). */
+#include "config.h"
+#include "comm_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef DDPC_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#define MOD "comm"
+
+typedef struct {
+    MPI_Comm mpi;
+    pthread_t thread;
+    pthread_cond_t has_work, work_done;
+    struct ddpc_work *head, *tail;
+    int stop, thread_started;
+    uint64_t completed; /* operations finished, in queue order */
+    int sync_waiters;   /* threads in ddpc_comm_synchronize */
+    MPI_Op half_sum[2]; /* bf16, f16 sum as user ops */
+    int staged;
+#ifdef DDPC_HAVE_CUDA
+    void *stage;        /* pinned host buffer of STAGE_BYTES */
+    cudaStream_t stream; /* the staging copies */
+#endif
+} mpi_impl_t;
+
+static MPI_Datatype mpi_type(ddpc_dtype_t dt)
+{
+    switch (dt) {
+    case DDPC_F32: return MPI_FLOAT;
+    case DDPC_F64: return MPI_DOUBLE;
+    case DDPC_I32: return MPI_INT32_T;
+    case DDPC_I64: return MPI_INT64_T;
+    case DDPC_BF16:
+    case DDPC_F16: return MPI_UINT16_T;
+    case DDPC_U8: return MPI_UINT8_T;
+    default: return MPI_DATATYPE_NULL;
+    }
+}
+
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = ddpc_f32_to_bf16(ddpc_bf16_to_f32(a[i]) + ddpc_bf16_to_f32(b[i]));
+}
+
+static void f16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = ddpc_f32_to_f16(ddpc_f16_to_f32(a[i]) + ddpc_f16_to_f32(b[i]));
+}
+
+static MPI_Op mpi_op(const mpi_impl_t *m, ddpc_dtype_t dt, ddpc_redop_t op)
+{
+    if (dt == DDPC_BF16 || dt == DDPC_F16)
+        return m->half_sum[dt == DDPC_F16];
+    switch (op) {
+    case DDPC_SUM:
+    case DDPC_AVG: return MPI_SUM;
+    case DDPC_MIN: return MPI_MIN;
+    case DDPC_MAX: return MPI_MAX;
+    default: return MPI_OP_NULL;
+    }
+}
+
+/* ------------------------------------------------------------------ host memory */
+
+/* MPI counts are int: large operations go in pieces of at most 1 Gi elements. */
+#define CHUNK ((size_t)1 << 30)
+
+/* All-reduces go in pieces of at most 4 MiB: MPICH 4.0.2 all-reduces 64 MiB
+ * in one call at about half the speed of the same bytes in 1-4 MiB calls
+ * (shared memory and TCP alike), and AVG's /N pass then finds each piece
+ * still in cache instead of streaming the whole buffer from memory again
+ * (bench/ddp_bench allreduce; doc/ddp.md, Performance). Pieces are the same
+ * on every rank, so results stay identical across ranks. */
+#define PIECE_BYTES ((size_t)4 << 20)
+
+static int run_host(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
+{
+    MPI_Datatype t = mpi_type(w->dt);
+    size_t es = ddpc_dtype_size(w->dt);
+    int rc = MPI_SUCCESS;
+    switch (w->kind) {
+    case OP_ALLREDUCE: {
+        const size_t piece = PIECE_BYTES / es;
+        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += piece) {
+            size_t n = w->count - off < piece ? w->count - off : piece;
+            const void *s = w->send == w->recv ? MPI_IN_PLACE : (const char *)w->send + off * es;
+            char *r = (char *)w->recv + off * es;
+            rc = MPI_Allreduce(s, r, (int)n, t, mpi_op(m, w->dt, w->op), m->mpi);
+            if (rc == MPI_SUCCESS && w->op == DDPC_AVG && c->size > 1)
+                comm_divide(r, n, w->dt, c->size); /* while the piece is in cache */
+        }
+        break;
+    }
+    case OP_BCAST:
+        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += CHUNK) {
+            size_t n = w->count - off < CHUNK ? w->count - off : CHUNK;
+            rc = MPI_Bcast((char *)w->recv + off * es, (int)n, t, w->root, m->mpi);
+        }
+        break;
+    case OP_ALLGATHER:
+        rc = MPI_Allgather(w->send, (int)w->count, t, w->recv, (int)w->count, t, m->mpi);
+        break;
+    case OP_REDUCE_SCATTER:
+        rc = MPI_Reduce_scatter_block(w->send, w->recv, (int)w->count, t,
+                                      mpi_op(m, w->dt, w->op), m->mpi);
+        if (rc == MPI_SUCCESS && w->op == DDPC_AVG && c->size > 1)
+            comm_divide(w->recv, w->count, w->dt, c->size);
+        break;
+    case OP_BARRIER: rc = MPI_Barrier(m->mpi); break;
+    }
+    return rc;
+}
+
+static void mpi_fail(struct ddpc_work *w, int rc)
+{
+    char s[MPI_MAX_ERROR_STRING], what[160];
+    int len = 0;
+    MPI_Error_string(rc, s, &len);
+    comm_describe(w, what, sizeof what);
+    w->status = DDPC_ERR_MPI;
+    snprintf(w->err, sizeof w->err, "%s failed: %s", what, s);
+}
+
+/* ------------------------------------------------------------------ device memory, staged */
+
+#ifdef DDPC_HAVE_CUDA
+/* The pinned buffer every piece passes through: 16 MiB, allocated with the
+ * communicator (never inside a step). Pieces are the same on every rank. */
+#define STAGE_BYTES ((size_t)16 << 20)
+
+#define CU(call)                                                                               \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess) {                                                               \
+            char what_[160];                                                                   \
+            comm_describe(w, what_, sizeof what_);                                             \
+            w->status = DDPC_ERR_CUDA;                                                         \
+            snprintf(w->err, sizeof w->err, "%s: %s failed (%s:%d): %s", what_, #call,         \
+                     __FILE__, __LINE__, cudaGetErrorString(e_));                              \
+            return MPI_SUCCESS;                                                                \
+        }                                                                                      \
+    } while (0)
+
+/* Copy n bytes and wait: the staging stream is this thread's alone. */
+#define COPY(dst, src, n, kind)                                                                \
+    do {                                                                                       \
+        CU(cudaMemcpyAsync((dst), (src), (n), (kind), m->stream));                            \
+        CU(cudaStreamSynchronize(m->stream));                                                  \
+    } while (0)
+
+/* 2D: height blocks of width bytes, from pitch sp to pitch dp. */
+#define COPY2D(dst, dp, src, sp, width, height, kind)                                          \
+    do {                                                                                       \
+        CU(cudaMemcpy2DAsync((dst), (dp), (src), (sp), (width), (height), (kind), m->stream)); \
+        CU(cudaStreamSynchronize(m->stream));                                                  \
+    } while (0)
+
+/* Returns an MPI code; CUDA failures are recorded in w (status set). */
+static int run_staged(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
+{
+    MPI_Datatype t = mpi_type(w->dt);
+    const size_t es = ddpc_dtype_size(w->dt);
+    const size_t cap = STAGE_BYTES / es; /* elements the stage holds */
+    char *h = m->stage;
+    int rc = MPI_SUCCESS;
+    CU(cudaSetDevice(c->device));
+    if (w->ev_ready)
+        CU(cudaStreamWaitEvent(m->stream, (cudaEvent_t)w->ev_ready, 0));
+    switch (w->kind) {
+    case OP_ALLREDUCE: {
+        const size_t piece = cap < PIECE_BYTES / es ? cap : PIECE_BYTES / es;
+        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += piece) {
+            size_t n = w->count - off < piece ? w->count - off : piece;
+            COPY(h, (const char *)w->send + off * es, n * es, cudaMemcpyDeviceToHost);
+            rc = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, t, mpi_op(m, w->dt, w->op), m->mpi);
+            if (rc == MPI_SUCCESS && w->op == DDPC_AVG && c->size > 1)
+                comm_divide(h, n, w->dt, c->size);
+            if (rc == MPI_SUCCESS)
+                COPY((char *)w->recv + off * es, h, n * es, cudaMemcpyHostToDevice);
+        }
+        break;
+    }
+    case OP_BCAST:
+        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += cap) {
+            size_t n = w->count - off < cap ? w->count - off : cap;
+            char *d = (char *)w->recv + off * es;
+            if (c->rank == w->root)
+                COPY(h, d, n * es, cudaMemcpyDeviceToHost);
+            rc = MPI_Bcast(h, (int)n, t, w->root, m->mpi);
+            if (rc == MPI_SUCCESS && c->rank != w->root)
+                COPY(d, h, n * es, cudaMemcpyHostToDevice);
+        }
+        break;
+    case OP_ALLGATHER: {
+        /* k elements of every rank's block at a time: the stage holds
+         * size * k, laid out by rank; each lands at r * count + off */
+        const size_t k = cap / (size_t)c->size;
+        if (k == 0)
+            return MPI_ERR_COUNT;
+        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += k) {
+            size_t n = w->count - off < k ? w->count - off : k;
+            char *mine = h + (size_t)c->rank * n * es;
+            COPY(mine, (const char *)w->send + off * es, n * es, cudaMemcpyDeviceToHost);
+            rc = MPI_Allgather(MPI_IN_PLACE, 0, t, h, (int)n, t, m->mpi);
+            if (rc == MPI_SUCCESS)
+                COPY2D((char *)w->recv + off * es, w->count * es, h, n * es, n * es,
+                       (size_t)c->size, cudaMemcpyHostToDevice);
+        }
+        break;
+    }
+    case OP_REDUCE_SCATTER: {
+        /* k elements of every rank's block at a time, reduced in place:
+         * the result lands in the stage's first k elements */
+        const size_t k = cap / (size_t)c->size;
+        if (k == 0)
+            return MPI_ERR_COUNT;
+        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += k) {
+            size_t n = w->count - off < k ? w->count - off : k;
+            COPY2D(h, n * es, (const char *)w->send + off * es, w->count * es, n * es,
+                   (size_t)c->size, cudaMemcpyDeviceToHost);
+            rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, h, (int)n, t, mpi_op(m, w->dt, w->op),
+                                          m->mpi);
+            if (rc == MPI_SUCCESS && w->op == DDPC_AVG && c->size > 1)
+                comm_divide(h, n, w->dt, c->size);
+            if (rc == MPI_SUCCESS)
+                COPY((char *)w->recv + off * es, h, n * es, cudaMemcpyHostToDevice);
+        }
+        break;
+    }
+    case OP_BARRIER: rc = MPI_Barrier(m->mpi); break;
+    }
+    return rc;
+}
+#endif
+
+/* ------------------------------------------------------------------ progress thread */
+
+static void *progress_main(void *arg)
+{
+    struct ddpc_comm *c = arg;
+    mpi_impl_t *m = c->impl;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!m->head && !m->stop)
+            pthread_cond_wait(&m->has_work, &c->mu);
+        if (!m->head)
+            break; /* stop requested and nothing left */
+        struct ddpc_work *w = m->head;
+        pthread_mutex_unlock(&c->mu);
+
+#ifdef DDPC_HAVE_CUDA
+        int rc = m->staged ? run_staged(c, m, w) : run_host(c, m, w);
+#else
+        int rc = run_host(c, m, w);
+#endif
+
+        pthread_mutex_lock(&c->mu);
+        if (rc != MPI_SUCCESS)
+            mpi_fail(w, rc);
+        m->head = w->next;
+        if (!m->head)
+            m->tail = NULL;
+        w->done = 1;
+        m->completed++;
+        /* wake waiters only for what they wait for: ddpc_ddp_wait sleeps on
+         * its last operation, and a wake-up per earlier bucket would take the
+         * core from this thread on a machine without a spare one */
+        if (w->waited || m->sync_waiters)
+            pthread_cond_broadcast(&m->work_done);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static ddpc_status_t mpi_submit(struct ddpc_comm *c, struct ddpc_work *w)
+{
+    mpi_impl_t *m = c->impl;
+    if ((w->kind == OP_ALLREDUCE || w->kind == OP_REDUCE_SCATTER) &&
+        mpi_op(m, w->dt, w->op) == MPI_OP_NULL)
+        return ddpc_err(c->rt, DDPC_ERR_UNSUPPORTED, MOD, "%s: reduction %d is not supported",
+                        comm_op_names[w->kind], (int)w->op);
+#ifdef DDPC_HAVE_CUDA
+    if (m->staged && w->kind != OP_BARRIER) {
+        /* the progress thread's copies start after what the caller's
+         * stream holds now: its kernels that write the buffer */
+        cudaEvent_t ev;
+        cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (e == cudaSuccess && (e = cudaEventRecord(ev, (cudaStream_t)c->stream)) != cudaSuccess)
+            cudaEventDestroy(ev);
+        if (e != cudaSuccess)
+            return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "%s: cannot record the stream's event: %s",
+                            comm_op_names[w->kind], cudaGetErrorString(e));
+        w->ev_ready = ev;
+    }
+#endif
+    if (m->tail)
+        m->tail->next = w;
+    else
+        m->head = w;
+    m->tail = w;
+    pthread_cond_signal(&m->has_work);
+    return DDPC_OK;
+}
+
+static void free_work(struct ddpc_work *w)
+{
+#ifdef DDPC_HAVE_CUDA
+    if (w->ev_ready)
+        cudaEventDestroy((cudaEvent_t)w->ev_ready);
+#endif
+    free(w);
+}
+
+static ddpc_status_t mpi_test(struct ddpc_work *w, int *done)
+{
+    struct ddpc_comm *c = w->comm;
+    pthread_mutex_lock(&c->mu);
+    *done = w->done;
+    ddpc_status_t st = w->done ? w->status : DDPC_OK;
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+static void deadline_in(struct timespec *dl, double timeout_s)
+{
+    clock_gettime(CLOCK_REALTIME, dl);
+    double whole = floor(timeout_s);
+    dl->tv_sec += (time_t)whole;
+    dl->tv_nsec += (long)((timeout_s - whole) * 1e9);
+    if (dl->tv_nsec >= 1000000000L) {
+        dl->tv_sec++;
+        dl->tv_nsec -= 1000000000L;
+    }
+}
+
+static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
+{
+    struct ddpc_comm *c = w->comm;
+    mpi_impl_t *m = c->impl;
+    struct timespec dl;
+    deadline_in(&dl, timeout_s);
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    w->waited = 1;
+    while (!w->done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&m->work_done, &c->mu, &dl);
+    int done = w->done;
+    pthread_mutex_unlock(&c->mu);
+    if (!done) {
+        char what[160];
+        comm_describe(w, what, sizeof what);
+        return ddpc_err(c->rt, DDPC_ERR_TIMEOUT, MOD,
+                        "%s did not complete within %gs: another rank has not called it "
+                        "(crashed, stuck, or issuing collectives in a different order); set "
+                        "DDPC_TIMEOUT to wait longer", what, timeout_s);
+    }
+    ddpc_status_t st = w->status;
+    if (st != DDPC_OK)
+        ddpc_err(c->rt, st, MOD, "%s", w->err);
+    free_work(w);
+    return st;
+}
+
+/* Every operation submitted so far has completed. */
+static ddpc_status_t mpi_synchronize(struct ddpc_comm *c, double timeout_s)
+{
+    mpi_impl_t *m = c->impl;
+    struct timespec dl;
+    deadline_in(&dl, timeout_s);
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    const uint64_t target = c->seq;
+    m->sync_waiters++;
+    while (m->completed < target && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&m->work_done, &c->mu, &dl);
+    m->sync_waiters--;
+    int idle = m->completed >= target;
+    pthread_mutex_unlock(&c->mu);
+    return idle ? DDPC_OK
+                : ddpc_err(c->rt, DDPC_ERR_TIMEOUT, MOD,
+                           "collectives up to #%llu did not complete within %gs",
+                           (unsigned long long)target - 1, timeout_s);
+}
+
+static void mpi_abort(struct ddpc_comm *c)
+{
+    MPI_Abort(((mpi_impl_t *)c->impl)->mpi, 1);
+}
+
+static void mpi_destroy(struct ddpc_comm *c)
+{
+    mpi_impl_t *m = c->impl;
+    if (!m)
+        return;
+    if (m->thread_started) {
+        pthread_mutex_lock(&c->mu);
+        m->stop = 1;
+        pthread_cond_signal(&m->has_work);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(m->thread, NULL);
+    }
+    if (m->half_sum[0] != MPI_OP_NULL)
+        MPI_Op_free(&m->half_sum[0]);
+    if (m->half_sum[1] != MPI_OP_NULL)
+        MPI_Op_free(&m->half_sum[1]);
+    if (m->mpi != MPI_COMM_NULL)
+        MPI_Comm_free(&m->mpi);
+#ifdef DDPC_HAVE_CUDA
+    if (m->stage)
+        cudaFreeHost(m->stage);
+    if (m->stream)
+        cudaStreamDestroy(m->stream);
+#endif
+    pthread_cond_destroy(&m->has_work);
+    pthread_cond_destroy(&m->work_done);
+    free(m);
+    c->impl = NULL;
+}
+
+static const comm_ops_t mpi_ops = {mpi_submit, mpi_test,  mpi_wait,
+                                   mpi_synchronize, mpi_abort, mpi_destroy};
+
+ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged)
+{
+    ddpc_t rt = c->rt;
+    if (rt->mpi_world == MPI_COMM_NULL)
+        return ddpc_err(rt, DDPC_ERR_STATE, MOD,
+                        "backend mpi: MPI is not wired in this launch (%s)",
+                        rt->world.mpi_size != rt->world.size
+                            ? "this MPI has no PMIx client; use the nccl backend on GPUs, or "
+                              "launch with `srun --mpi=pmi2` or mpiexec"
+                            : "MPI was not initialized");
+    mpi_impl_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate the MPI backend");
+    m->mpi = MPI_COMM_NULL;
+    m->half_sum[0] = m->half_sum[1] = MPI_OP_NULL;
+    m->staged = staged;
+    pthread_cond_init(&m->has_work, NULL);
+    pthread_cond_init(&m->work_done, NULL);
+    c->impl = m;
+    c->ops = &mpi_ops;
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->mpi);
+    if (rc != MPI_SUCCESS)
+        return ddpc_mpi_err(rt, rc, MOD, "MPI_Comm_dup");
+    MPI_Comm_rank(m->mpi, &c->rank);
+    MPI_Comm_size(m->mpi, &c->size);
+    MPI_Op_create(bf16_sum, 1, &m->half_sum[0]);
+    MPI_Op_create(f16_sum, 1, &m->half_sum[1]);
+    if (staged) {
+#ifdef DDPC_HAVE_CUDA
+        cudaError_t e = cudaSetDevice(c->device);
+        if (e == cudaSuccess)
+            e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
+        if (e == cudaSuccess)
+            e = cudaHostAlloc(&m->stage, STAGE_BYTES, cudaHostAllocDefault);
+        if (e != cudaSuccess)
+            return ddpc_err(rt, DDPC_ERR_CUDA, MOD,
+                            "backend mpi-staged on GPU %d: cannot create its stream and %zu MiB "
+                            "pinned buffer: %s", c->device, STAGE_BYTES >> 20,
+                            cudaGetErrorString(e));
+#else
+        return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD,
+                        "device memory needs a build --with-cuda (this one has no CUDA)");
+#endif
+    }
+    if (pthread_create(&m->thread, NULL, progress_main, c) != 0)
+        return ddpc_err(rt, DDPC_ERR_INTERNAL, MOD, "cannot start the progress thread");
+    m->thread_started = 1;
+    return DDPC_OK;
+}

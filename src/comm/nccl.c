@@ -1,0 +1,604 @@
+/* nccl.c: the NCCL backend of the communicator (device memory). One
+ * non-blocking NCCL communicator (config.blocking = 0) per ddpc
+ * communicator, its own stream, and a watchdog thread. A collective waits
+ * for the caller's stream through an event, runs on the communication
+ * stream, and records an end event; ddpc_work_wait makes the caller's stream
+ * wait on that event, so the host never blocks in a step. The watchdog polls
+ * the end events and ncclCommGetAsyncError against each operation's
+ * deadline (DDPC_TIMEOUT); on expiry or an error it aborts every NCCL
+ * communicator of the process (NCCL's abort is collective within a node)
+ * and leaves the failure for the next call.
+ * Bootstrap needs no MPI: rank 0's ncclUniqueId travels through
+ * ddpc_kvs_allgather (PMIx under srun --mpi=pmix, else MPI), together with
+ * every rank's GPU check, so that a rank without a GPU fails every rank
+ * before NCCL could hang. Only compiled --with-nccl. */
+#include "config.h"
+#include "comm_internal.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MOD "comm"
+
+/* The watchdog's period: PyTorch's ProcessGroupNCCL watchdog sleeps 100 ms. */
+#define WATCH_PERIOD_S 0.02
+
+typedef struct nccl_impl {
+    struct nccl_impl *next_live; /* every live NCCL communicator of the process */
+    ncclComm_t nc;
+    cudaStream_t stream;
+    int *scratch;                /* (1,) int32 on the device: barrier */
+    struct ddpc_work *head, *tail; /* in flight, in issue order */
+    cudaEvent_t *pool;           /* free events */
+    int npool, cap;
+    pthread_t watchdog;
+    pthread_cond_t wake;         /* the watchdog's sleep, and synchronize's */
+    int stop, started, aborted;
+} nccl_impl_t;
+
+/* Every NCCL communicator of this process, so that a failure aborts all. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ddpc_comm *live[64];
+static int nlive;
+
+static ncclDataType_t nccl_type(ddpc_dtype_t dt)
+{
+    switch (dt) {
+    case DDPC_F32: return ncclFloat32;
+    case DDPC_F64: return ncclFloat64;
+    case DDPC_I32: return ncclInt32;
+    case DDPC_I64: return ncclInt64;
+    case DDPC_BF16: return ncclBfloat16;
+    case DDPC_F16: return ncclFloat16;
+    default: return ncclUint8;
+    }
+}
+
+static ncclRedOp_t nccl_op(ddpc_redop_t op)
+{
+    switch (op) {
+    case DDPC_AVG: return ncclAvg;
+    case DDPC_MIN: return ncclMin;
+    case DDPC_MAX: return ncclMax;
+    default: return ncclSum;
+    }
+}
+
+/* ------------------------------------------------------------------ failure */
+
+/* With c->mu held: mark c failed (first cause wins), abort its NCCL
+ * communicator, fail what is in flight. The caller logs. */
+static void fail_locked(struct ddpc_comm *c, ddpc_status_t st, const char *msg)
+{
+    nccl_impl_t *n = c->impl;
+    if (!c->failed) {
+        c->failed = st;
+        snprintf(c->fail_msg, sizeof c->fail_msg, "%s", msg);
+    }
+    if (n->nc && !n->aborted) {
+        n->aborted = 1;
+        ncclCommAbort(n->nc); /* NCCL kernels of this communicator exit */
+        n->nc = NULL;
+    }
+    for (struct ddpc_work *w = n->head; w; w = w->next) {
+        w->done = 1;
+        w->status = st;
+    }
+    pthread_cond_broadcast(&n->wake);
+}
+
+/* Abort every other live NCCL communicator of the process (after c failed):
+ * NCCL's abort is collective among the ranks of a node, and a peer waiting in
+ * another communicator would otherwise hang. */
+static void abort_others(struct ddpc_comm *c, const char *why)
+{
+    pthread_mutex_lock(&live_mu);
+    for (int i = 0; i < nlive; i++) {
+        struct ddpc_comm *o = live[i];
+        if (o == c)
+            continue;
+        pthread_mutex_lock(&o->mu);
+        char m[DDPC_ERRMSG_LEN];
+        snprintf(m, sizeof m, "aborted because another communicator of this process failed: %.900s",
+                 why);
+        fail_locked(o, DDPC_ERR_REMOTE, m);
+        pthread_mutex_unlock(&o->mu);
+    }
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void fail_and_log(struct ddpc_comm *c, ddpc_status_t st, const char *msg)
+{
+    pthread_mutex_lock(&c->mu);
+    int first = !c->failed;
+    fail_locked(c, st, msg);
+    pthread_mutex_unlock(&c->mu);
+    if (first) {
+        ddpc_log(c->rt, DDPC_LOG_ERROR, "comm: %s", msg);
+        abort_others(c, msg);
+    }
+}
+
+/* Wait while NCCL reports ncclInProgress for c (non-blocking mode), up to
+ * the deadline. Returns the final result; ncclInProgress on timeout. */
+static ncclResult_t settle(ncclComm_t nc, ncclResult_t r, double deadline)
+{
+    while (r == ncclInProgress) {
+        if (ddpc_now() > deadline)
+            return ncclInProgress;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        if (ncclCommGetAsyncError(nc, &r) != ncclSuccess)
+            return ncclInternalError;
+    }
+    return r;
+}
+
+/* ------------------------------------------------------------------ events */
+
+static cudaEvent_t event_get(nccl_impl_t *n)
+{
+    if (n->npool > 0)
+        return n->pool[--n->npool];
+    cudaEvent_t e = NULL; /* the pool ran dry: more in flight than ever before */
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess)
+        return NULL;
+    return e;
+}
+
+static void event_put(nccl_impl_t *n, void *e)
+{
+    if (!e)
+        return;
+    if (n->npool == n->cap) {
+        int cap = n->cap ? 2 * n->cap : 64;
+        cudaEvent_t *p = realloc(n->pool, (size_t)cap * sizeof *p);
+        if (!p) {
+            cudaEventDestroy((cudaEvent_t)e);
+            return;
+        }
+        n->pool = p;
+        n->cap = cap;
+    }
+    n->pool[n->npool++] = (cudaEvent_t)e;
+}
+
+/* With c->mu held: drop one reference; the last frees the work. */
+static void unref(struct ddpc_comm *c, struct ddpc_work *w)
+{
+    if (--w->refs > 0)
+        return;
+    nccl_impl_t *n = c->impl;
+    event_put(n, w->ev_ready);
+    event_put(n, w->ev_done);
+    free(w);
+}
+
+/* ------------------------------------------------------------------ issue */
+
+static ncclResult_t issue(struct ddpc_comm *c, nccl_impl_t *n, struct ddpc_work *w)
+{
+    ncclDataType_t t = nccl_type(w->dt);
+    switch (w->kind) {
+    case OP_ALLREDUCE:
+        return ncclAllReduce(w->send, w->recv, w->count, t, nccl_op(w->op), n->nc, n->stream);
+    case OP_BCAST:
+        return ncclBroadcast(w->recv, w->recv, w->count, t, w->root, n->nc, n->stream);
+    case OP_ALLGATHER:
+        return ncclAllGather(w->send, w->recv, w->count, t, n->nc, n->stream);
+    case OP_REDUCE_SCATTER:
+        return ncclReduceScatter(w->send, w->recv, w->count, t, nccl_op(w->op), n->nc, n->stream);
+    case OP_BARRIER:
+        return ncclAllReduce(n->scratch, n->scratch, 1, ncclInt32, ncclSum, n->nc, n->stream);
+    }
+    return ncclInvalidArgument;
+}
+
+static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
+{
+    nccl_impl_t *n = c->impl;
+    char what[160];
+    comm_describe(w, what, sizeof what);
+    if (c->failed || !n->nc)
+        return ddpc_err(c->rt, c->failed ? c->failed : DDPC_ERR_STATE, MOD, "%s: %s", what,
+                        c->failed ? c->fail_msg : "the NCCL communicator is gone");
+    cudaEvent_t ready = event_get(n), done = event_get(n);
+    w->ev_ready = ready;
+    w->ev_done = done;
+    cudaError_t e = ready && done ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess)
+        e = cudaEventRecord(ready, (cudaStream_t)c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(n->stream, ready, 0);
+    if (e != cudaSuccess) {
+        event_put(n, ready);
+        event_put(n, done);
+        return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "%s: ordering after the caller's stream: %s",
+                        what, cudaGetErrorString(e));
+    }
+    ncclResult_t r = settle(n->nc, issue(c, n, w), w->deadline);
+    if (r != ncclSuccess) {
+        char msg[DDPC_ERRMSG_LEN];
+        snprintf(msg, sizeof msg, "%s: NCCL %s: %s (%s); NCCL communicator aborted", what,
+                 r == ncclInProgress ? "did not accept it in time" : "failed",
+                 ncclGetErrorString(r), ncclGetLastError(n->nc));
+        event_put(n, ready);
+        event_put(n, done);
+        fail_locked(c, r == ncclInProgress ? DDPC_ERR_TIMEOUT : DDPC_ERR_NCCL, msg);
+        return ddpc_err(c->rt, c->failed, MOD, "%s", msg);
+    }
+    if ((e = cudaEventRecord(done, n->stream)) != cudaSuccess) {
+        char msg[DDPC_ERRMSG_LEN];
+        snprintf(msg, sizeof msg, "%s: recording its end event: %s", what, cudaGetErrorString(e));
+        event_put(n, ready);
+        event_put(n, done);
+        fail_locked(c, DDPC_ERR_CUDA, msg);
+        return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "%s", msg);
+    }
+    w->refs = 2; /* the caller's handle, the in-flight list */
+    if (n->tail)
+        n->tail->next = w;
+    else
+        n->head = w;
+    n->tail = w;
+    return DDPC_OK;
+}
+
+/* ------------------------------------------------------------------ watchdog */
+
+/* With c->mu held: retire completed operations from the head; report a
+ * failure through *st and msg. 1 when the list is empty. */
+static int poll_locked(struct ddpc_comm *c, ddpc_status_t *st, char *msg, size_t len)
+{
+    nccl_impl_t *n = c->impl;
+    *st = DDPC_OK;
+    while (n->head) {
+        struct ddpc_work *w = n->head;
+        cudaError_t q = w->done ? cudaSuccess : cudaEventQuery((cudaEvent_t)w->ev_done);
+        if (q == cudaErrorNotReady) {
+            double now = ddpc_now();
+            if (now > w->deadline) {
+                char what[160];
+                comm_describe(w, what, sizeof what);
+                *st = DDPC_ERR_TIMEOUT;
+                snprintf(msg, len,
+                         "%s did not complete within %gs (watchdog, %.1fs since it was issued): "
+                         "another rank has not called it (crashed, stuck, or issuing collectives "
+                         "in a different order); NCCL communicator aborted; set DDPC_TIMEOUT to "
+                         "wait longer", what, w->deadline - w->t_enqueue, now - w->t_enqueue);
+            }
+            break; /* NCCL completes in order on one stream */
+        }
+        if (q != cudaSuccess) {
+            char what[160];
+            comm_describe(w, what, sizeof what);
+            *st = DDPC_ERR_CUDA;
+            snprintf(msg, len, "%s: its end event reports %s; NCCL communicator aborted", what,
+                     cudaGetErrorString(q));
+            break;
+        }
+        w->done = 1;
+        n->head = w->next;
+        if (!n->head)
+            n->tail = NULL;
+        w->next = NULL;
+        unref(c, w);
+    }
+    if (*st == DDPC_OK && n->nc && !n->aborted) {
+        ncclResult_t a = ncclSuccess;
+        ncclCommGetAsyncError(n->nc, &a);
+        if (a != ncclSuccess && a != ncclInProgress) {
+            *st = DDPC_ERR_NCCL;
+            snprintf(msg, len, "NCCL asynchronous error after collective #%llu was issued: %s "
+                     "(%s); NCCL communicator aborted", (unsigned long long)c->seq - 1,
+                     ncclGetErrorString(a), ncclGetLastError(n->nc));
+        }
+    }
+    return n->head == NULL;
+}
+
+static void timespec_in(struct timespec *ts, double s)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    long ns = ts->tv_nsec + (long)(s * 1e9);
+    ts->tv_sec += ns / 1000000000L;
+    ts->tv_nsec = ns % 1000000000L;
+}
+
+static void *watchdog_main(void *arg)
+{
+    struct ddpc_comm *c = arg;
+    nccl_impl_t *n = c->impl;
+    cudaSetDevice(c->device); /* event queries on this thread */
+    pthread_mutex_lock(&c->mu);
+    while (!n->stop) {
+        ddpc_status_t st;
+        char msg[DDPC_ERRMSG_LEN];
+        if (!c->failed) {
+            poll_locked(c, &st, msg, sizeof msg);
+            if (st) {
+                pthread_mutex_unlock(&c->mu);
+                fail_and_log(c, st, msg);
+                pthread_mutex_lock(&c->mu);
+            }
+        }
+        pthread_cond_broadcast(&n->wake); /* synchronize() re-checks */
+        struct timespec ts;
+        timespec_in(&ts, WATCH_PERIOD_S);
+        pthread_cond_timedwait(&n->wake, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ calls */
+
+static ddpc_status_t nccl_test(struct ddpc_work *w, int *done)
+{
+    struct ddpc_comm *c = w->comm;
+    pthread_mutex_lock(&c->mu);
+    int d = w->done || cudaEventQuery((cudaEvent_t)w->ev_done) == cudaSuccess;
+    ddpc_status_t st = w->done ? w->status : c->failed;
+    pthread_mutex_unlock(&c->mu);
+    *done = d || st != DDPC_OK;
+    return st;
+}
+
+static ddpc_status_t nccl_wait(struct ddpc_work *w, double timeout_s)
+{
+    struct ddpc_comm *c = w->comm;
+    pthread_mutex_lock(&c->mu);
+    double dl = ddpc_now() + timeout_s;
+    if (dl < w->deadline)
+        w->deadline = dl;
+    ddpc_status_t st = w->done ? w->status : c->failed;
+    cudaError_t e = cudaSuccess;
+    if (st == DDPC_OK)
+        e = cudaStreamWaitEvent((cudaStream_t)c->stream, (cudaEvent_t)w->ev_done, 0);
+    char what[160];
+    comm_describe(w, what, sizeof what);
+    char msg[DDPC_ERRMSG_LEN];
+    snprintf(msg, sizeof msg, "%s", c->fail_msg);
+    unref(c, w);
+    pthread_mutex_unlock(&c->mu);
+    if (st)
+        return ddpc_err(c->rt, st, MOD, "%s", msg);
+    if (e != cudaSuccess)
+        return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "%s: making the caller's stream wait: %s",
+                        what, cudaGetErrorString(e));
+    return DDPC_OK;
+}
+
+static ddpc_status_t nccl_synchronize(struct ddpc_comm *c, double timeout_s)
+{
+    nccl_impl_t *n = c->impl;
+    const double dl = ddpc_now() + timeout_s;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        ddpc_status_t st;
+        char msg[DDPC_ERRMSG_LEN];
+        int empty = c->failed ? 1 : poll_locked(c, &st, msg, sizeof msg);
+        if (!c->failed && st) {
+            pthread_mutex_unlock(&c->mu);
+            fail_and_log(c, st, msg);
+            return ddpc_err(c->rt, st, MOD, "%s", msg);
+        }
+        if (empty || c->failed)
+            break;
+        if (ddpc_now() > dl) {
+            struct ddpc_work *w = n->head;
+            char what[160];
+            comm_describe(w, what, sizeof what);
+            pthread_mutex_unlock(&c->mu);
+            return ddpc_err(c->rt, DDPC_ERR_TIMEOUT, MOD,
+                            "synchronize: %s still running after %gs", what, timeout_s);
+        }
+        struct timespec ts;
+        timespec_in(&ts, 0.0002); /* finer than the watchdog: the caller waits */
+        pthread_cond_timedwait(&n->wake, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return DDPC_OK;
+}
+
+static void nccl_abort(struct ddpc_comm *c)
+{
+    fail_and_log(c, DDPC_ERR_REMOTE, "aborted by ddpc_abort");
+}
+
+static void nccl_destroy(struct ddpc_comm *c)
+{
+    nccl_impl_t *n = c->impl;
+    if (!n)
+        return;
+    pthread_mutex_lock(&live_mu);
+    for (int i = 0; i < nlive; i++)
+        if (live[i] == c) {
+            live[i] = live[--nlive];
+            break;
+        }
+    pthread_mutex_unlock(&live_mu);
+    if (n->started) {
+        pthread_mutex_lock(&c->mu);
+        n->stop = 1;
+        pthread_cond_broadcast(&n->wake);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(n->watchdog, NULL);
+    }
+    pthread_mutex_lock(&c->mu);
+    if (n->nc) {
+        /* a healthy communicator: finalize (flushes), then destroy */
+        ncclResult_t r = ncclCommFinalize(n->nc);
+        r = settle(n->nc, r, ddpc_now() + c->rt->cfg.timeout_s);
+        if (r == ncclSuccess)
+            ncclCommDestroy(n->nc);
+        else
+            ncclCommAbort(n->nc);
+        n->nc = NULL;
+    }
+    while (n->head) { /* aborted with work in flight: the handles the watchdog held */
+        struct ddpc_work *w = n->head;
+        n->head = w->next;
+        unref(c, w);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (n->scratch)
+        cudaFree(n->scratch);
+    if (n->stream)
+        cudaStreamDestroy(n->stream);
+    for (int i = 0; i < n->npool; i++)
+        cudaEventDestroy(n->pool[i]);
+    free(n->pool);
+    pthread_cond_destroy(&n->wake);
+    free(n);
+    c->impl = NULL;
+}
+
+static const comm_ops_t nccl_ops = {nccl_submit, nccl_test, nccl_wait,
+                                    nccl_synchronize, nccl_abort, nccl_destroy};
+
+/* ------------------------------------------------------------------ bootstrap */
+
+/* What each rank tells the others before NCCL is touched. */
+typedef struct {
+    int32_t ok;           /* this rank has its GPU */
+    int32_t device;
+    char why[256];        /* if not */
+    char bus[32];         /* PCI bus id of its GPU */
+    char host[64];
+    ncclUniqueId id;      /* rank 0's */
+} boot_t;
+
+ddpc_status_t comm_nccl_create(struct ddpc_comm *c)
+{
+    ddpc_t rt = c->rt;
+    const ddpc_world_t *wd = ddpc_world(rt);
+    int ver = 0;
+    ncclGetVersion(&ver);
+    ddpc_log(rt, DDPC_LOG_INFO, "comm: NCCL %d.%d.%d at run time, built against %s", ver / 10000,
+             ver / 100 % 100, ver % 100, DDPC_NCCL_VERSION);
+
+    boot_t me;
+    memset(&me, 0, sizeof me);
+    snprintf(me.host, sizeof me.host, "%s", wd->host);
+    me.ok = 1;
+    if (c->device == DDPC_DEVICE_AUTO) {
+        if (ddpc_device_select(rt, &c->device) != DDPC_OK) {
+            const char *m = ddpc_last_error(rt), *body = strstr(m, "] ");
+            me.ok = 0;
+            snprintf(me.why, sizeof me.why, "%s", body ? body + 2 : m); /* without the prefix */
+        }
+    } else {
+        cudaError_t e = cudaSetDevice(c->device);
+        if (e != cudaSuccess) {
+            me.ok = 0;
+            snprintf(me.why, sizeof me.why, "no usable GPU: cudaSetDevice(%d): %s", c->device,
+                     cudaGetErrorString(e));
+        }
+    }
+    me.device = c->device;
+    if (me.ok && cudaDeviceGetPCIBusId(me.bus, sizeof me.bus, c->device) != cudaSuccess)
+        snprintf(me.bus, sizeof me.bus, "device %d", c->device);
+    if (c->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&me.id);
+        if (r != ncclSuccess && me.ok) {
+            me.ok = 0;
+            snprintf(me.why, sizeof me.why, "ncclGetUniqueId failed: %s", ncclGetErrorString(r));
+        }
+    }
+    boot_t *all = malloc((size_t)c->size * sizeof *all);
+    if (!all)
+        return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate the NCCL bootstrap table");
+    ddpc_status_t st = ddpc_kvs_allgather(rt, &me, all, sizeof me);
+    if (st) {
+        free(all);
+        return ddpc_err(rt, st, MOD, "nccl bootstrap: exchanging the unique id: %s",
+                        ddpc_last_error(rt));
+    }
+    /* every rank reaches the same verdict from the same table */
+    char bad[512] = "";
+    int nbad = 0, dup_a = -1, dup_b = -1;
+    for (int r = 0; r < c->size; r++) {
+        if (!all[r].ok) {
+            size_t k = strlen(bad);
+            if (nbad < 8 && k < sizeof bad)
+                snprintf(bad + k, sizeof bad - k, "%s%d (%s)", nbad ? ", " : "", r, all[r].host);
+            nbad++;
+        }
+        for (int q = 0; q < r && dup_a < 0; q++)
+            if (all[r].ok && all[q].ok && !strcmp(all[r].host, all[q].host) &&
+                !strcmp(all[r].bus, all[q].bus))
+                dup_a = q, dup_b = r;
+    }
+    if (nbad) {
+        st = ddpc_err(rt, DDPC_ERR_CUDA, MOD,
+                      "backend nccl: no usable GPU on %d of %d rank(s): %s%s; %s%s", nbad,
+                      c->size, bad, nbad > 8 ? " ..." : "", me.ok ? "see their messages" : "here: ",
+                      me.ok ? "" : me.why);
+        free(all);
+        return st;
+    }
+    const char *shared = getenv("DDPC_NCCL_ALLOW_SHARED_GPU");
+    if (dup_a >= 0 && !(shared && !strcmp(shared, "1"))) {
+        st = ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD,
+                      "backend nccl: ranks %d and %d on %s share GPU %s; NCCL needs one GPU per "
+                      "rank (srun --gpus-per-node=<ranks per node>), or use DDPC_BACKEND=mpi, "
+                      "which stages through host memory and allows sharing",
+                      dup_a, dup_b, all[dup_a].host, all[dup_a].bus);
+        free(all);
+        return st;
+    }
+    ncclUniqueId id = all[0].id;
+    free(all);
+
+    nccl_impl_t *n = calloc(1, sizeof *n);
+    if (!n)
+        return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate the NCCL backend");
+    pthread_cond_init(&n->wake, NULL);
+    c->impl = n;
+    c->ops = &nccl_ops;
+    /* everything the steps need, before the first collective: NCCL kernels
+     * spin while waiting for peers, and a cudaMalloc then can deadlock */
+    cudaError_t e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&n->scratch, sizeof(int));
+    for (int i = 0; e == cudaSuccess && i < 64; i++) {
+        cudaEvent_t ev;
+        if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
+            event_put(n, ev);
+    }
+    if (e != cudaSuccess)
+        return ddpc_err(rt, DDPC_ERR_CUDA, MOD, "backend nccl on GPU %d: stream, scratch and "
+                        "events: %s", c->device, cudaGetErrorString(e));
+
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    const double dl = ddpc_now() + rt->cfg.timeout_s;
+    ncclResult_t r = ncclCommInitRankConfig(&n->nc, c->size, id, c->rank, &cfg);
+    if (n->nc)
+        r = settle(n->nc, r, dl);
+    if (r != ncclSuccess) {
+        const char *last = n->nc ? ncclGetLastError(n->nc) : "";
+        if (n->nc)
+            ncclCommAbort(n->nc);
+        n->nc = NULL;
+        return ddpc_err(rt, r == ncclInProgress ? DDPC_ERR_TIMEOUT : DDPC_ERR_NCCL, MOD,
+                        "ncclCommInitRankConfig (rank %d of %d, GPU %d): %s%s%s", c->rank,
+                        c->size, c->device,
+                        r == ncclInProgress ? "not done within DDPC_TIMEOUT (a rank did not join)"
+                                            : ncclGetErrorString(r),
+                        *last ? ": " : "", last);
+    }
+    if (pthread_create(&n->watchdog, NULL, watchdog_main, c) != 0)
+        return ddpc_err(rt, DDPC_ERR_INTERNAL, MOD, "cannot start the NCCL watchdog thread");
+    n->started = 1;
+    pthread_mutex_lock(&live_mu);
+    if (nlive < (int)(sizeof live / sizeof *live))
+        live[nlive++] = c;
+    pthread_mutex_unlock(&live_mu);
+    return DDPC_OK;
+}

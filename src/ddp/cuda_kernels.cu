@@ -1,0 +1,399 @@
+/* cuda_kernels.cu: the engine's device code (cuda_kernels.h): the optimizer
+ * step over device arenas, the twin of optim.c's ddpc_optim_step, and the
+ * wire-compression copies, twins of half.c / reducer.c. Not a second
+ * optimizer: every rule here is optim.c's, in the same order of operations,
+ * and tests/gpu_optim.c holds the two against each other.
+ *
+ * Rounding. nvcc contracts a*b+c into one FMA by default; the CPU build has
+ * no FMA (x86-64 without -mfma), so each float and double operation whose
+ * rounding matters is written as an explicit round-to-nearest intrinsic
+ * (__fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn, __dmul_rn, ...),
+ * which nvcc never fuses and --use_fast_math does not approximate. Subnormals
+ * must not be flushed (no -ftz=true, which --use_fast_math implies): the CPU
+ * keeps them. */
+#include "cuda_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+namespace {
+
+constexpr unsigned kThreads = 256;      /* threads per block, every kernel */
+constexpr unsigned kMaxGrid = 4096;     /* grid cap of the element-wise kernels */
+
+/* The per-step factors that the decision kernel hands to the update kernel.
+ * They live in the tail of the caller's partials workspace (the last
+ * kFactorDoubles doubles), not in a __device__ static, so that several
+ * optimizers (each with its own workspace) can step on different streams. */
+struct step_factors {
+    unsigned long long steps; /* steps before this one: SGD's first-step buffer */
+    float inv;                /* 1/scale, applied when unscale */
+    float coef;               /* clipping coefficient, applied when clip */
+    float step_size;          /* AdamW: lr / (1 - beta1^t) */
+    float inv_sqrt_bc2;       /* AdamW: 1 / sqrt(1 - beta2^t) */
+    float decay;              /* AdamW: 1 - lr * weight_decay */
+    int apply;                /* 0: the step was skipped (overflow): touch nothing */
+    int unscale;              /* dynamic loss scaling: g *= inv */
+    int clip;                 /* clipping applies this step: g *= coef */
+};
+
+constexpr unsigned kFactorDoubles = 8; /* 64 bytes of the workspace's tail */
+static_assert(sizeof(step_factors) <= kFactorDoubles * sizeof(double),
+              "step_factors must fit the workspace tail");
+static_assert(alignof(step_factors) <= alignof(double), "workspace tail alignment");
+
+/* Blocks of the sum of squares: partials[0, kSumBlocks) per block, the tail
+ * the factors. */
+constexpr unsigned kSumBlocks = DDPC_CUDA_OPTIM_PARTIALS - kFactorDoubles;
+static_assert(kSumBlocks >= 1 && kSumBlocks <= DDPC_CUDA_OPTIM_PARTIALS, "workspace size");
+
+inline step_factors *factors_of(double *partials)
+{
+    return reinterpret_cast<step_factors *>(partials + kSumBlocks);
+}
+
+/* ceil(n / kThreads), at most cap; n > 0 */
+inline unsigned grid_for(size_t n, unsigned cap)
+{
+    size_t b = n / kThreads + (n % kThreads != 0);
+    return b < cap ? (unsigned)b : cap;
+}
+
+/* Config values the decision kernel needs, by value (no host sync). */
+struct decide_args {
+    double lr, weight_decay, beta1, beta2, clip_norm;
+    int dynamic, interval, adamw;
+};
+
+/* The SGD rule's constants, cast to float on the host exactly as optim.c. */
+struct sgd_args {
+    float lr, wd, mu, damp;
+    int nesterov;
+};
+
+/* AdamW's constants, as optim.c: float betas and eps, 1 - beta in float.
+ * (decay, a double expression a - b*c, is made on the device with explicit
+ * roundings, in the factors, so no host compiler flag can fuse it.) */
+struct adamw_args {
+    float b1, omb1, b2, omb2, eps;
+};
+
+/* Block-wide sum of v over kThreads threads, in a fixed tree order; the
+ * result is valid in thread 0. Every thread of the block must call it. */
+__device__ double block_sum(double v)
+{
+    __shared__ double sh[kThreads];
+    const unsigned t = threadIdx.x;
+    sh[t] = v;
+    __syncthreads();
+    for (unsigned w = kThreads / 2; w > 0; w >>= 1) {
+        if (t < w)
+            sh[t] = __dadd_rn(sh[t], sh[t + w]);
+        __syncthreads();
+    }
+    return sh[0];
+}
+
+/* Kernel 1: partials[b] = sum over i = b*kThreads + t + k*(gridDim.x*kThreads)
+ * of (double)g[i]^2. Launch: grid_for(n, kSumBlocks) blocks (a function of n
+ * only, so the order is the same on every rank and every run) x kThreads
+ * threads, on the step's stream. Each thread adds its elements in index
+ * order, then the block sums its threads in a fixed tree. The product of two
+ * floats is exact in double, so the explicit __dmul_rn only documents intent. */
+__global__ void __launch_bounds__(kThreads)
+sumsq_partials(const float *__restrict__ g, size_t n, double *__restrict__ partials)
+{
+    double s = 0;
+    const size_t stride = (size_t)gridDim.x * kThreads;
+    for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += stride) {
+        const double x = (double)g[i];
+        s = __dadd_rn(s, __dmul_rn(x, x));
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        partials[blockIdx.x] = s;
+}
+
+/* Kernel 2: the step's decisions, optim.c's ddpc_optim_step up to the update.
+ * Launch: 1 block x kThreads threads, on the step's stream, after kernel 1.
+ * Thread t adds partials[t], partials[t + kThreads], ... (< nblocks) in
+ * order, the block sums in a fixed tree, and thread 0 alone reads and writes
+ * *sc and the factors. nblocks == 0 (n == 0): the sum is 0, as on the CPU.
+ * steps is incremented here when the step applies; the update kernel uses
+ * the pre-increment value saved in the factors. */
+__global__ void __launch_bounds__(kThreads)
+optim_decide(const double *__restrict__ partials, unsigned nblocks,
+             ddpc_cuda_optim_scalars_t *__restrict__ sc, step_factors *__restrict__ fac,
+             decide_args a)
+{
+    double s = 0;
+    for (unsigned b = threadIdx.x; b < nblocks; b += kThreads)
+        s = __dadd_rn(s, partials[b]);
+    double ss = block_sum(s);
+    if (threadIdx.x != 0)
+        return;
+
+    ddpc_cuda_optim_scalars_t st = *sc;
+    step_factors f;
+    f.steps = st.steps;
+    f.inv = 1.0f;
+    f.coef = 1.0f;
+    f.step_size = 0.0f;
+    f.inv_sqrt_bc2 = 0.0f;
+    f.decay = 1.0f;
+    f.apply = 0;
+    f.unscale = 0;
+    f.clip = 0;
+
+    if (a.dynamic) {
+        if (!isfinite(ss)) { /* overflow: skip, back off (identical on all ranks) */
+            st.scale = __dmul_rn(st.scale, 0.5);
+            st.good_steps = 0;
+            st.last_norm = INFINITY;
+            st.stepped = 0;
+            *sc = st;
+            *fac = f;
+            return;
+        }
+        f.inv = (float)__ddiv_rn(1.0, st.scale);
+        f.unscale = 1;
+        ss = __ddiv_rn(ss, __dmul_rn(st.scale, st.scale));
+        if (++st.good_steps >= a.interval) {
+            st.scale = __dmul_rn(st.scale, 2.0);
+            st.good_steps = 0;
+        }
+    }
+    st.last_norm = __dsqrt_rn(ss);
+    if (a.clip_norm > 0 && st.last_norm > a.clip_norm) {
+        f.coef = (float)__ddiv_rn(a.clip_norm, __dadd_rn(st.last_norm, 1e-6));
+        f.clip = 1;
+    }
+    if (a.adamw) {
+        const double t = (double)(st.steps + 1);
+        f.step_size = (float)__ddiv_rn(a.lr, __dsub_rn(1.0, pow(a.beta1, t)));
+        f.inv_sqrt_bc2 = (float)__ddiv_rn(1.0, __dsqrt_rn(__dsub_rn(1.0, pow(a.beta2, t))));
+        f.decay = (float)__dsub_rn(1.0, __dmul_rn(a.lr, a.weight_decay));
+    }
+    f.apply = 1;
+    st.steps++;
+    st.stepped = 1;
+    *sc = st;
+    *fac = f;
+}
+
+/* g[i] unscaled and clipped as optim.c does (two roundings, in that order),
+ * written back when changed; returns the new g[i]. */
+__device__ __forceinline__ float prepare_grad(float *__restrict__ g, size_t i, const step_factors &f)
+{
+    float gi = g[i];
+    if (f.unscale)
+        gi = __fmul_rn(gi, f.inv);
+    if (f.clip)
+        gi = __fmul_rn(gi, f.coef);
+    if (f.unscale || f.clip)
+        g[i] = gi;
+    return gi;
+}
+
+/* Kernel 3 (SGD): optim.c's sgd() per element. Launch: grid_for(n, kMaxGrid)
+ * blocks x kThreads threads, grid-stride, on the step's stream, after kernel
+ * 2. buf (the momentum buffer) is read only when the rule uses it. */
+__global__ void __launch_bounds__(kThreads)
+sgd_update(size_t n, float *__restrict__ p, float *__restrict__ g, float *__restrict__ buf,
+           const step_factors *__restrict__ fac, sgd_args a)
+{
+    const step_factors f = *fac;
+    if (!f.apply)
+        return;
+    const bool first = f.steps == 0;
+    const size_t stride = (size_t)gridDim.x * kThreads;
+    for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += stride) {
+        const float pi = p[i];
+        float gi = __fadd_rn(prepare_grad(g, i, f), __fmul_rn(a.wd, pi));
+        if (a.mu > 0.0f) {
+            const float b = first ? gi : __fadd_rn(__fmul_rn(a.mu, buf[i]), __fmul_rn(a.damp, gi));
+            buf[i] = b;
+            gi = a.nesterov ? __fadd_rn(gi, __fmul_rn(a.mu, b)) : b;
+        }
+        p[i] = __fsub_rn(pi, __fmul_rn(a.lr, gi));
+    }
+}
+
+/* Kernel 3 (AdamW): optim.c's adamw() per element. Launch as sgd_update.
+ * m = exp_avg, v = exp_avg_sq. */
+__global__ void __launch_bounds__(kThreads)
+adamw_update(size_t n, float *__restrict__ p, float *__restrict__ g, float *__restrict__ m,
+             float *__restrict__ v, const step_factors *__restrict__ fac, adamw_args a)
+{
+    const step_factors f = *fac;
+    if (!f.apply)
+        return;
+    const size_t stride = (size_t)gridDim.x * kThreads;
+    for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += stride) {
+        const float gi = prepare_grad(g, i, f);
+        const float pi = __fmul_rn(p[i], f.decay);
+        const float mi = __fadd_rn(__fmul_rn(a.b1, m[i]), __fmul_rn(a.omb1, gi));
+        const float vi = __fadd_rn(__fmul_rn(a.b2, v[i]), __fmul_rn(__fmul_rn(a.omb2, gi), gi));
+        m[i] = mi;
+        v[i] = vi;
+        const float den = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), f.inv_sqrt_bc2), a.eps);
+        p[i] = __fsub_rn(pi, __fdiv_rn(__fmul_rn(f.step_size, mi), den));
+    }
+}
+
+/* half.c's conversions: the intrinsics round to nearest even like half.c;
+ * NaN is handled first so that the bits match half.c's (the intrinsics
+ * return a canonical NaN). */
+__device__ __forceinline__ uint16_t to_bf16(float x)
+{
+    const uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+__device__ __forceinline__ uint16_t to_f16(float x)
+{
+    const uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)(((u >> 16) & 0x8000u) | 0x7e00u);
+    return __half_as_ushort(__float2half_rn(x));
+}
+
+__device__ __forceinline__ float from_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+__device__ __forceinline__ float from_f16(uint16_t h)
+{
+    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) /* NaN: keep its payload as half.c */
+        return __uint_as_float(((uint32_t)(h & 0x8000u) << 16) | 0x7f800000u |
+                               ((uint32_t)(h & 0x3ffu) << 13));
+    return __half2float(__ushort_as_half(h));
+}
+
+/* x * s as the CPU computes it, NaN included: x86's mulss returns a NaN
+ * operand quieted, payload and sign kept, where the GPU's multiply returns
+ * its canonical NaN; so a NaN gradient crosses the wire with the same bits
+ * from either kind of rank. (s is 1/N or a loss scale: never a NaN.) */
+__device__ __forceinline__ float mul_like_cpu(float x, float s)
+{
+    const uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return __uint_as_float(u | 0x400000u);
+    return __fmul_rn(x, s);
+}
+
+/* w[i] = half(g[i] * scale). Launch: grid_for(n, kMaxGrid) x kThreads,
+ * grid-stride, on the caller's stream. */
+__global__ void __launch_bounds__(kThreads)
+pack_half(const float *__restrict__ g, uint16_t *__restrict__ w, size_t n, float scale, int f16)
+{
+    const size_t stride = (size_t)gridDim.x * kThreads;
+    for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += stride) {
+        const float x = mul_like_cpu(g[i], scale);
+        w[i] = f16 ? to_f16(x) : to_bf16(x);
+    }
+}
+
+/* g[i] = float(w[i]). Launch as pack_half. */
+__global__ void __launch_bounds__(kThreads)
+unpack_half(const uint16_t *__restrict__ w, float *__restrict__ g, size_t n, int f16)
+{
+    const size_t stride = (size_t)gridDim.x * kThreads;
+    for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += stride)
+        g[i] = f16 ? from_f16(w[i]) : from_bf16(w[i]);
+}
+
+/* x[i] *= scale. Launch as pack_half. */
+__global__ void __launch_bounds__(kThreads) scale_kernel(float *__restrict__ x, size_t n, float scale)
+{
+    const size_t stride = (size_t)gridDim.x * kThreads;
+    for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += stride)
+        x[i] = mul_like_cpu(x[i], scale);
+}
+
+} /* namespace */
+
+extern "C" cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t n, float *p,
+                                            float *g, float *s0, float *s1,
+                                            ddpc_cuda_optim_scalars_t *sc, double *partials,
+                                            cudaStream_t stream)
+{
+    if (!cfg || !sc || !partials || (cfg->type != DDPC_OPTIM_SGD && cfg->type != DDPC_OPTIM_ADAMW))
+        return cudaErrorInvalidValue;
+    const int adamw = cfg->type == DDPC_OPTIM_ADAMW;
+    sgd_args sa;
+    sa.lr = (float)cfg->lr;
+    sa.wd = (float)cfg->weight_decay;
+    sa.mu = (float)cfg->momentum;
+    sa.damp = 1.0f - (float)cfg->dampening;
+    sa.nesterov = cfg->nesterov != 0;
+    if (n > 0 && (!p || !g || (adamw ? (!s0 || !s1) : (sa.mu > 0.0f && !s0))))
+        return cudaErrorInvalidValue;
+
+    /* n == 0 still runs the decision kernel: the CPU's step counts, grows the
+     * loss scale and records a zero norm with an empty arena too. */
+    const unsigned nb = n > 0 ? grid_for(n, kSumBlocks) : 0;
+    if (nb > 0)
+        sumsq_partials<<<nb, kThreads, 0, stream>>>(g, n, partials);
+
+    decide_args da;
+    da.lr = cfg->lr;
+    da.weight_decay = cfg->weight_decay;
+    da.beta1 = cfg->beta1;
+    da.beta2 = cfg->beta2;
+    da.clip_norm = cfg->clip_norm;
+    da.dynamic = cfg->dynamic_loss_scale != 0;
+    da.interval = cfg->scale_growth_interval;
+    da.adamw = adamw;
+    step_factors *fac = factors_of(partials);
+    optim_decide<<<1, kThreads, 0, stream>>>(partials, nb, sc, fac, da);
+
+    if (n > 0) {
+        const unsigned grid = grid_for(n, kMaxGrid);
+        if (adamw) {
+            adamw_args aa;
+            aa.b1 = (float)cfg->beta1;
+            aa.omb1 = 1.0f - aa.b1;
+            aa.b2 = (float)cfg->beta2;
+            aa.omb2 = 1.0f - aa.b2;
+            aa.eps = (float)cfg->eps;
+            adamw_update<<<grid, kThreads, 0, stream>>>(n, p, g, s0, s1, fac, aa);
+        } else {
+            sgd_update<<<grid, kThreads, 0, stream>>>(n, p, g, s0, fac, sa);
+        }
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ddpc_cuda_pack_half(const float *g, uint16_t *w, size_t n, float scale,
+                                           int f16, cudaStream_t stream)
+{
+    if (n == 0)
+        return cudaGetLastError();
+    if (!g || !w)
+        return cudaErrorInvalidValue;
+    pack_half<<<grid_for(n, kMaxGrid), kThreads, 0, stream>>>(g, w, n, scale, f16);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ddpc_cuda_unpack_half(const uint16_t *w, float *g, size_t n, int f16,
+                                             cudaStream_t stream)
+{
+    if (n == 0)
+        return cudaGetLastError();
+    if (!g || !w)
+        return cudaErrorInvalidValue;
+    unpack_half<<<grid_for(n, kMaxGrid), kThreads, 0, stream>>>(w, g, n, f16);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ddpc_cuda_scale(float *x, size_t n, float scale, cudaStream_t stream)
+{
+    if (n == 0)
+        return cudaGetLastError();
+    if (!x)
+        return cudaErrorInvalidValue;
+    scale_kernel<<<grid_for(n, kMaxGrid), kThreads, 0, stream>>>(x, n, scale);
+    return cudaGetLastError();
+}
