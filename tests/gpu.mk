@@ -1,0 +1,28 @@
+# tests/gpu.mk: fragment of the top Makefile.am: the GPU path's tests. They
+# build --with-cuda (gpu_boot needs NCCL) and exit 77 with the reason where
+# no GPU is usable (here and in CI); scripts/gpu-check.sh runs them on a GPU.
+#  gpu_optim     the optimizers' CUDA kernels against the CPU code (100 steps)
+#  gpu_comm.mpi  device collectives (mpi-staged with 1/2/4 ranks on one GPU,
+#                nccl with 1), stream order, timeout; GPU_COMM_BENCH=1: busbw
+#  gpu_ddp.mpi   the device DDP engine: N ranks x B = 1 x N*B, identical
+#                parameters on all ranks, compression, checkpoint round trip
+#  gpu-boot.sh   the nccl bootstrap under mpiexec: no GPU -> one message per rank
+#  slurm-nccl.sh srun --mpi=pmix with the nccl backend and MPICH (no PMIx client)
+dist_check_SCRIPTS += tests/gpu-boot.sh tests/slurm-nccl.sh
+TESTS += tests/gpu-boot.sh tests/slurm-nccl.sh
+if HAVE_NCCL
+check_PROGRAMS += tests/gpu_boot
+tests_gpu_boot_SOURCES = tests/gpu_boot.c
+tests_gpu_boot_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
+tests_gpu_boot_LDFLAGS = $(DDPC_TEST_LD)
+tests_gpu_boot_LDADD = libddpc.la $(CUDA_LIBS)
+endif
+if HAVE_CUDA
+# the kernels are hidden in libddpc.so: the test links their object itself
+check_PROGRAMS += tests/gpu_optim
+tests_gpu_optim_SOURCES = tests/gpu_optim.c
+tests_gpu_optim_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/src/ddp $(CUDA_CFLAGS)
+tests_gpu_optim_LDFLAGS = $(DDPC_TEST_LD)
+tests_gpu_optim_LDADD = src/ddp/cuda_kernels.lo libddpc.la $(CUDA_LIBS) -lm
+TESTS += tests/gpu_optim
+endif
