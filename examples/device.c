@@ -1,5 +1,8 @@
-/* device.c: the device a rank trains on (see device.h for the rules). */
+/* device.c: the device a rank trains on (see device.h); the one-GPU-per-rank
+ * rule itself is the library's (ddpc_gpu_rule). */
 #include "device.h"
+
+#include "ddpc.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -14,34 +17,6 @@ int gpu_count_visible(const char *v)
     for (; *v; v++)
         n += *v == ',';
     return n;
-}
-
-int gpu_select(int local_rank, int local_size, int ndev, const char *visible, char *err,
-               size_t errlen)
-{
-    char cvd[96];
-    if (visible)
-        snprintf(cvd, sizeof cvd, "CUDA_VISIBLE_DEVICES=\"%s\"", visible);
-    else
-        snprintf(cvd, sizeof cvd, "CUDA_VISIBLE_DEVICES unset");
-    if (local_rank < 0 || local_size < 1 || local_rank >= local_size) {
-        snprintf(err, errlen, "local rank %d of %d is not a valid place on this node", local_rank,
-                 local_size);
-        return -1;
-    }
-    if (ndev <= 0) {
-        snprintf(err, errlen, "no CUDA device visible (%s); under Slurm ask for GPUs with "
-                 "--gpus-per-node or --gpus-per-task", cvd);
-        return -1;
-    }
-    if (ndev == 1)
-        return 0;
-    if (ndev >= local_size)
-        return local_rank;
-    snprintf(err, errlen, "%d ranks on this node but %d GPUs visible (%s): one GPU per rank is "
-             "needed (srun --gpus-per-node=%d, or --gpus-per-task=1)", local_size, ndev, cvd,
-             local_size);
-    return -1;
 }
 
 int device_cuda_count(void)
@@ -67,7 +42,7 @@ int device_resolve(device_kind_t want, int local_rank, int local_size, int ndev,
     if (ndev < 0) {
         snprintf(why, sizeof why, "this trainer was built without the CUDA model");
     } else {
-        int g = gpu_select(local_rank, local_size, ndev, visible, why, sizeof why);
+        int g = ddpc_gpu_rule(local_rank, local_size, ndev, visible, why, sizeof why);
         if (g >= 0) {
             *kind = DEVICE_CUDA;
             *gpu = g;

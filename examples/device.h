@@ -1,7 +1,7 @@
-/* device.h: which device a rank trains on. gpu_select is the pure rule that
- * binds one GPU per rank from its local rank and what CUDA_VISIBLE_DEVICES
- * leaves visible; device_resolve applies --device to what this build and
- * this node have. */
+/* device.h: which device a rank trains on. The pure rule that binds one GPU
+ * per rank from its local rank and what CUDA_VISIBLE_DEVICES leaves visible
+ * is the library's ddpc_gpu_rule (ddpc_comm.h); device_resolve applies
+ * --device to what this build and this node have. */
 #ifndef TRAINER_DEVICE_H
 #define TRAINER_DEVICE_H
 
@@ -12,17 +12,6 @@
 /* Count the entries of a CUDA_VISIBLE_DEVICES value: -1 when unset (NULL),
  * 0 when empty or Slurm's "NoDevFiles", else the comma-separated count. */
 int gpu_count_visible(const char *cuda_visible_devices);
-
-/* The CUDA device index for local rank local_rank of local_size ranks on this
- * node. ndev is what the CUDA runtime counts (already filtered by
- * CUDA_VISIBLE_DEVICES); visible is CUDA_VISIBLE_DEVICES (may be NULL) and is
- * only used to explain. Rules:
- *   ndev == 1                -> 0 (srun --gpus-per-task=1: each rank sees its own GPU)
- *   ndev >= local_size       -> local_rank (--gpus-per-node=N: all the node's GPUs visible)
- *   otherwise (0, or fewer GPUs than ranks) -> -1 with the reason in err.
- * Returns the device index or -1. */
-int gpu_select(int local_rank, int local_size, int ndev, const char *visible, char *err,
-               size_t errlen);
 
 /* CUDA devices this process sees: -1 when this build has no CUDA model. */
 int device_cuda_count(void);

@@ -57,7 +57,7 @@ typedef struct model model_t; /* a device's activations and workspace */
 typedef struct {
     const char *name; /* "cpu" */
     /* Workspace for batches of up to max_batch samples on device `device`
-     * (the GPU index gpu_select chose; -1 for the cpu). params and grads are
+     * (the GPU index ddpc_gpu_rule chose; -1 for the cpu). params and grads are
      * the engine's arenas, laid out as model_param_desc says; the model reads
      * params and accumulates into grads. NULL with a message in err. */
     model_t *(*create)(const model_spec_t *s, int device, int max_batch, float *params,

@@ -65,12 +65,14 @@ DDPC_API int ddpc_device_count(void);
  * bus id. DDPC_ERR_CUDA when no GPU is usable, DDPC_ERR_UNSUPPORTED in a
  * build without CUDA; the message says why. */
 DDPC_API ddpc_status_t ddpc_device_select(ddpc_t rt, int *device);
+/* "0 (NVIDIA H200, PCI 0000:19:00.0, sm_90)" into buf; "none" for the host. */
+DDPC_API const char *ddpc_device_describe(int device, char *buf, size_t n);
 
 /* ------------------------------------------------------------------ communicators */
 typedef struct {
     ddpc_backend_t backend; /* auto: nccl for device memory when compiled in, else
                                mpi (mpi-staged for device memory); DDPC_BACKEND
-                               overrides */
+                               (other than auto) overrides */
     int device;             /* DDPC_DEVICE_HOST, DDPC_DEVICE_AUTO, or a CUDA device */
     void *stream;           /* cudaStream_t the collectives follow (device memory;
                                NULL: the legacy default stream) */
@@ -89,10 +91,13 @@ typedef struct {
 DDPC_API ddpc_status_t ddpc_comm_create(ddpc_t rt, const ddpc_comm_config_t *cfg,
                                         ddpc_comm_t *out);
 /* Waits for outstanding work (up to DDPC_TIMEOUT), frees. NULL and the world
- * communicator (owned by the runtime) are no-ops. */
+ * communicator (owned by the runtime) are no-ops. After a collective timed
+ * out, end the job with ddpc_abort instead: an MPI operation that a peer
+ * never joined cannot be cancelled, and destroy would wait for it. */
 DDPC_API void ddpc_comm_destroy(ddpc_comm_t c);
 /* Device communicators: the stream later collectives follow (see below). */
 DDPC_API ddpc_status_t ddpc_comm_set_stream(ddpc_comm_t c, void *stream);
+DDPC_API void *ddpc_comm_stream(ddpc_comm_t c);
 /* Host blocks until every collective issued so far on c has completed, up
  * to timeout_s (< 0: DDPC_TIMEOUT). Returns the communicator's failure if it
  * failed (a device communicator stays failed once aborted). */

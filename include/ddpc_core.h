@@ -144,6 +144,9 @@ DDPC_API void ddpc_log(ddpc_t rt, ddpc_log_level_t level, const char *fmt, ...)
  * (MPI library and version, PMIx, HDF5, CUDA, NCCL, BLAS). */
 DDPC_API const char *ddpc_version(void);
 DDPC_API const char *ddpc_build_info(void);
+/* What this process finds at run time: CUDA driver and runtime versions,
+ * the NCCL library loaded (ncclGetVersion), the GPUs visible. */
+DDPC_API const char *ddpc_runtime_info(void);
 
 /* ------------------------------------------------------------------ key exchange */
 /* Collective: root's len bytes at buf reach every rank's buf (same len on all).

@@ -39,7 +39,8 @@ typedef struct {
 /* Not collective. cfg may be NULL. The engine uses comm for all its traffic.
  * On a device communicator (nccl, mpi-staged) the arenas (parameters,
  * gradients, optimizer state) are cudaMalloc'd on the communicator's GPU at
- * build, and the engine sets the communicator's stream to cfg->stream:
+ * build, and the engine sets the communicator's stream to cfg->stream (or,
+ * when that is NULL, takes the communicator's stream as its compute stream):
  * grad_ready(p) is called once the kernel writing p's gradient is enqueued
  * on that stream; a complete bucket's all-reduce waits for the stream (an
  * event), runs on the communication stream, and wait() makes the compute

@@ -2,6 +2,7 @@
  * its errors, the models' gradients against finite differences (linear and
  * MLP, small sizes), the order in which backward reports gradients, and the
  * GPU selection rule. */
+#include "ddpc.h"
 #include "device.h"
 #include "model.h"
 #include "options.h"
@@ -257,22 +258,22 @@ START_TEST(gpu_selection)
     char e[256];
     /* --gpus-per-node=4, 4 ranks on the node: all four visible, device = local rank */
     for (int lr = 0; lr < 4; lr++)
-        ck_assert_int_eq(gpu_select(lr, 4, 4, "0,1,2,3", e, sizeof e), lr);
+        ck_assert_int_eq(ddpc_gpu_rule(lr, 4, 4, "0,1,2,3", e, sizeof e), lr);
     /* --gpus-per-task=1: each rank sees one GPU, always device 0 */
-    ck_assert_int_eq(gpu_select(3, 4, 1, "3", e, sizeof e), 0);
-    ck_assert_int_eq(gpu_select(1, 2, 1, "0", e, sizeof e), 0);
+    ck_assert_int_eq(ddpc_gpu_rule(3, 4, 1, "3", e, sizeof e), 0);
+    ck_assert_int_eq(ddpc_gpu_rule(1, 2, 1, "0", e, sizeof e), 0);
     /* no launcher variable, a 2-GPU workstation, 2 ranks */
-    ck_assert_int_eq(gpu_select(1, 2, 2, NULL, e, sizeof e), 1);
+    ck_assert_int_eq(ddpc_gpu_rule(1, 2, 2, NULL, e, sizeof e), 1);
     /* more GPUs than ranks: still by local rank */
-    ck_assert_int_eq(gpu_select(1, 2, 8, NULL, e, sizeof e), 1);
+    ck_assert_int_eq(ddpc_gpu_rule(1, 2, 8, NULL, e, sizeof e), 1);
     /* none */
-    ck_assert_int_eq(gpu_select(0, 1, 0, "", e, sizeof e), -1);
+    ck_assert_int_eq(ddpc_gpu_rule(0, 1, 0, "", e, sizeof e), -1);
     ck_assert_ptr_nonnull(strstr(e, "no CUDA device visible"));
     /* 4 ranks, 2 GPUs */
-    ck_assert_int_eq(gpu_select(2, 4, 2, "0,1", e, sizeof e), -1);
+    ck_assert_int_eq(ddpc_gpu_rule(2, 4, 2, "0,1", e, sizeof e), -1);
     ck_assert_ptr_nonnull(strstr(e, "4 ranks on this node but 2 GPUs visible"));
     ck_assert_ptr_nonnull(strstr(e, "--gpus-per-node=4"));
-    ck_assert_int_eq(gpu_select(4, 4, 4, NULL, e, sizeof e), -1);
+    ck_assert_int_eq(ddpc_gpu_rule(4, 4, 4, NULL, e, sizeof e), -1);
     ck_assert_int_eq(gpu_count_visible(NULL), -1);
     ck_assert_int_eq(gpu_count_visible(""), 0);
     ck_assert_int_eq(gpu_count_visible("NoDevFiles"), 0);

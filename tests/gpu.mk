@@ -25,4 +25,15 @@ tests_gpu_optim_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/src/ddp $(CUDA_CFLAGS)
 tests_gpu_optim_LDFLAGS = $(DDPC_TEST_LD)
 tests_gpu_optim_LDADD = src/ddp/cuda_kernels.lo libddpc.la $(CUDA_LIBS) -lm
 TESTS += tests/gpu_optim
+check_PROGRAMS += tests/gpu_comm tests/gpu_ddp
+tests_gpu_comm_SOURCES = tests/gpu_comm.c
+tests_gpu_comm_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
+tests_gpu_comm_LDFLAGS = $(DDPC_TEST_LD)
+tests_gpu_comm_LDADD = libddpc.la $(CUDA_LIBS) -lm
+tests_gpu_ddp_SOURCES = tests/gpu_ddp.c
+tests_gpu_ddp_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS) $(HDF5_CFLAGS)
+tests_gpu_ddp_LDFLAGS = $(DDPC_TEST_LD)
+tests_gpu_ddp_LDADD = libddpc.la $(CUDA_LIBS) -lm
+TESTS += tests/gpu_comm.mpi tests/gpu_ddp.mpi
 endif
+dist_check_DATA += tests/gpu_comm.mpi tests/gpu_ddp.mpi

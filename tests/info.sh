@@ -5,7 +5,9 @@
 INFO="$top_builddir/ddpc-info"
 "$INFO" --version >"$TMP/v" || fail "ddpc-info --version"
 grep -q "^ddpc-info (ddpc) $(cat "$top_srcdir/VERSION")" "$TMP/v" || { cat "$TMP/v"; fail "version line"; }
-grep -q 'MPI: .*HDF5: .*BLAS: ' "$TMP/v" || { cat "$TMP/v"; fail "build info line"; }
+grep -q 'MPI: .*HDF5: .*CUDA: .*NCCL: .*BLAS: ' "$TMP/v" || { cat "$TMP/v"; fail "build info line"; }
+grep -Eq '^(CUDA driver: .*NCCL: .*(GPU\(s\) visible|no usable GPU)|CUDA: not built in)' "$TMP/v" \
+    || { cat "$TMP/v"; fail "run-time line of --version"; }
 host=$(hostname -s)
 for np in 1 2 4; do
     mpirun_t "$np" "$INFO" >"$TMP/out" 2>"$TMP/err" || { cat "$TMP/out" "$TMP/err"; fail "ddpc-info -n $np"; }
@@ -13,7 +15,7 @@ for np in 1 2 4; do
     [ "$n" -eq "$np" ] || { cat "$TMP/out"; fail "expected $np lines, got $n"; }
     r=0
     while read -r line; do
-        echo "$line" | grep -Eq "^rank=$r size=$np local_rank=$r local_size=$np node=0 host=$host source=(mpi-env|single|pmix) backend=mpi$" \
+        echo "$line" | grep -Eq "^rank=$r size=$np local_rank=$r local_size=$np node=0 host=$host source=(mpi-env|single|pmix) backend=mpi gpu=(none|unusable|[0-9][^ ]*)$" \
             || { cat "$TMP/out"; fail "line $r is wrong: $line"; }
         r=$((r + 1))
     done <"$TMP/out"

@@ -14,7 +14,7 @@ srun_t -N2 -n4 --mpi=pmix "$top_builddir/ddpc-info" >"$TMP/info" 2>"$TMP/info.er
 cat "$TMP/info" "$TMP/info.err"
 for r in 0 1 2 3; do
     node=$((r / 2)) lr=$((r % 2))
-    grep -Eq "^rank=$r size=4 local_rank=$lr local_size=2 node=$node host=[^ ]+ source=pmix backend=(mpi|none)$" "$TMP/info" \
+    grep -Eq "^rank=$r size=4 local_rank=$lr local_size=2 node=$node host=[^ ]+ source=pmix backend=(mpi|none) gpu=(none|unusable|[0-9][^ ]*)$" "$TMP/info" \
         || fail "rank $r line wrong under srun --mpi=pmix"
 done
 [ "$(grep -c '^rank=' "$TMP/info")" -eq 4 ] || fail "expected 4 rank lines"
@@ -23,7 +23,7 @@ if [ "$DDPC_MPI_FLAVOR" = mpich ]; then
         || fail "ddpc-info did not report MPICH's missing PMIx client"
 else
     # an MPI with a PMIx client: srun --mpi=pmix just works
-    [ "$(grep -c 'source=pmix backend=mpi$' "$TMP/info")" -eq 4 ] || fail "expected backend=mpi on 4 ranks"
+    [ "$(grep -c 'source=pmix backend=mpi gpu=' "$TMP/info")" -eq 4 ] || fail "expected backend=mpi on 4 ranks"
 fi
 
 srun_t -N2 -n4 --mpi=$PLUGIN "$top_builddir/tests/mpi_comm" >"$TMP/comm" 2>&1 \

@@ -180,6 +180,20 @@ int ddpc_device_count(void)
 #endif
 }
 
+const char *ddpc_device_describe(int device, char *buf, size_t n)
+{
+    snprintf(buf, n, "none");
+#ifdef DDPC_HAVE_CUDA
+    struct cudaDeviceProp p;
+    char bus[32] = "?";
+    if (device >= 0 && cudaGetDeviceProperties(&p, device) == cudaSuccess) {
+        cudaDeviceGetPCIBusId(bus, sizeof bus, device);
+        snprintf(buf, n, "%d (%s, PCI %s, sm_%d%d)", device, p.name, bus, p.major, p.minor);
+    }
+#endif
+    return buf;
+}
+
 ddpc_status_t ddpc_device_select(ddpc_t rt, int *device)
 {
     if (!rt || !device)
@@ -213,14 +227,9 @@ ddpc_status_t ddpc_device_select(ddpc_t rt, int *device)
     if ((e = cudaSetDevice(g)) != cudaSuccess)
         return ddpc_err(rt, DDPC_ERR_CUDA, "device", "no usable GPU: cudaSetDevice(%d): %s", g,
                         cudaGetErrorString(e));
-    struct cudaDeviceProp p;
-    char bus[32] = "?";
-    if (cudaGetDeviceProperties(&p, g) == cudaSuccess)
-        cudaDeviceGetPCIBusId(bus, sizeof bus, g);
-    else
-        snprintf(p.name, sizeof p.name, "?");
-    ddpc_log(rt, DDPC_LOG_INFO, "device: GPU %d of %d (%s, PCI %s, sm_%d%d) for local rank %d",
-             g, n, p.name, bus, p.major, p.minor, ddpc_world(rt)->local_rank);
+    char desc[192];
+    ddpc_log(rt, DDPC_LOG_INFO, "device: GPU %s of %d for local rank %d",
+             ddpc_device_describe(g, desc, sizeof desc), n, ddpc_world(rt)->local_rank);
     *device = g;
     return DDPC_OK;
 #else
@@ -292,8 +301,9 @@ ddpc_status_t ddpc_comm_create(ddpc_t rt, const ddpc_comm_config_t *cfg, ddpc_co
     const ddpc_comm_config_t k = cfg ? *cfg : defaults;
     /* DDPC_BACKEND (already in the runtime's config) wins over the
      * communicator's config, which wins over the runtime's default */
-    ddpc_backend_t be = getenv("DDPC_BACKEND") || k.backend == DDPC_BACKEND_AUTO ? rt->cfg.backend
-                                                                                : k.backend;
+    const char *env = getenv("DDPC_BACKEND");
+    int env_set = env && *env && strcmp(env, "auto") != 0;
+    ddpc_backend_t be = env_set || k.backend == DDPC_BACKEND_AUTO ? rt->cfg.backend : k.backend;
     if (be == DDPC_BACKEND_MPI_STAGED)
         be = DDPC_BACKEND_MPI;
     if (k.device < DDPC_DEVICE_AUTO)
@@ -363,8 +373,20 @@ ddpc_status_t ddpc_comm_set_stream(ddpc_comm_t c, void *stream)
     return DDPC_OK;
 }
 
+void *ddpc_comm_stream(ddpc_comm_t c)
+{
+    if (!c)
+        return NULL;
+    pthread_mutex_lock(&c->mu);
+    void *s = c->stream;
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
 uint64_t ddpc_comm_seq(ddpc_comm_t c)
 {
+    if (!c)
+        return 0;
     pthread_mutex_lock(&c->mu);
     uint64_t s = c->seq;
     pthread_mutex_unlock(&c->mu);

@@ -37,6 +37,8 @@ typedef struct {
 #ifdef DDPC_HAVE_CUDA
     void *stage;        /* pinned host buffer of STAGE_BYTES */
     cudaStream_t stream; /* the staging copies */
+    cudaEvent_t *events; /* free events (under the communicator's mutex) */
+    int nevents, evcap;
 #endif
 } mpi_impl_t;
 
@@ -305,9 +307,14 @@ static ddpc_status_t mpi_submit(struct ddpc_comm *c, struct ddpc_work *w)
 #ifdef DDPC_HAVE_CUDA
     if (m->staged && w->kind != OP_BARRIER) {
         /* the progress thread's copies start after what the caller's
-         * stream holds now: its kernels that write the buffer */
-        cudaEvent_t ev;
-        cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+         * stream holds now: its kernels that write the buffer. Events come
+         * from a pool (made with the communicator), so a step makes none. */
+        cudaEvent_t ev = NULL;
+        cudaError_t e = cudaSuccess;
+        if (m->nevents > 0)
+            ev = m->events[--m->nevents];
+        else
+            e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
         if (e == cudaSuccess && (e = cudaEventRecord(ev, (cudaStream_t)c->stream)) != cudaSuccess)
             cudaEventDestroy(ev);
         if (e != cudaSuccess)
@@ -325,11 +332,33 @@ static ddpc_status_t mpi_submit(struct ddpc_comm *c, struct ddpc_work *w)
     return DDPC_OK;
 }
 
+#ifdef DDPC_HAVE_CUDA
+/* With c->mu held: an event back to the pool. */
+static void event_put(mpi_impl_t *m, cudaEvent_t ev)
+{
+    if (m->nevents == m->evcap) {
+        int cap = m->evcap ? 2 * m->evcap : 16;
+        cudaEvent_t *p = realloc(m->events, (size_t)cap * sizeof *p);
+        if (!p) {
+            cudaEventDestroy(ev);
+            return;
+        }
+        m->events = p;
+        m->evcap = cap;
+    }
+    m->events[m->nevents++] = ev;
+}
+#endif
+
 static void free_work(struct ddpc_work *w)
 {
 #ifdef DDPC_HAVE_CUDA
-    if (w->ev_ready)
-        cudaEventDestroy((cudaEvent_t)w->ev_ready);
+    if (w->ev_ready) {
+        struct ddpc_comm *c = w->comm;
+        pthread_mutex_lock(&c->mu);
+        event_put(c->impl, (cudaEvent_t)w->ev_ready);
+        pthread_mutex_unlock(&c->mu);
+    }
 #endif
     free(w);
 }
@@ -433,6 +462,9 @@ static void mpi_destroy(struct ddpc_comm *c)
         cudaFreeHost(m->stage);
     if (m->stream)
         cudaStreamDestroy(m->stream);
+    for (int i = 0; i < m->nevents; i++)
+        cudaEventDestroy(m->events[i]);
+    free(m->events);
 #endif
     pthread_cond_destroy(&m->has_work);
     pthread_cond_destroy(&m->work_done);
@@ -477,6 +509,11 @@ ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged)
             e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
         if (e == cudaSuccess)
             e = cudaHostAlloc(&m->stage, STAGE_BYTES, cudaHostAllocDefault);
+        for (int i = 0; e == cudaSuccess && i < 16; i++) {
+            cudaEvent_t ev;
+            if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
+                event_put(m, ev);
+        }
         if (e != cudaSuccess)
             return ddpc_err(rt, DDPC_ERR_CUDA, MOD,
                             "backend mpi-staged on GPU %d: cannot create its stream and %zu MiB "

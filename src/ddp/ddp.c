@@ -117,9 +117,11 @@ ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg, dd
     d->size = ddpc_comm_size(comm);
     d->sync = 1;
     d->device = ddpc_comm_device(comm);
-    d->stream = d->cfg.stream;
+    /* the buckets follow the compute stream: the engine's, or else the one
+     * the communicator already follows */
+    d->stream = d->cfg.stream ? d->cfg.stream : ddpc_comm_stream(comm);
     if (d->device != DDPC_DEVICE_HOST)
-        ddpc_comm_set_stream(comm, d->stream); /* the buckets follow the compute stream */
+        ddpc_comm_set_stream(comm, d->stream);
     const ddpc_world_t *w = ddpc_world(d->rt);
     snprintf(d->prefix, sizeof d->prefix, "ddpc[rank %d/%d %s]", d->rank, d->size, w->host);
     *out = d; /* so that ddpc_ddp_last_error works on failure */
@@ -149,6 +151,15 @@ void ddpc_ddp_destroy(ddpc_ddp_t d)
     }
     if (dev) {
         ddpc_comm_synchronize(d->comm, -1); /* nothing of ours still in flight */
+#ifdef DDPC_HAVE_CUDA
+        /* the last step's unready count, read at no later wait */
+        if (d->unready_pending && cudaEventSynchronize((cudaEvent_t)d->ev_unready) == cudaSuccess &&
+            d->h_unready[1] > 0)
+            ddpc_log(d->rt, DDPC_LOG_ERROR,
+                     "ddp: in the last step, %d parameter(s) had no gradient on some rank%s%s",
+                     d->h_unready[1], d->prev_unready ? "; here: " : "",
+                     d->prev_unready ? d->prev_names : "");
+#endif
         ddp_dev_free(d->param_arena);
         ddp_dev_free(d->grad_arena);
         ddp_dev_free(d->d_unready);
