@@ -4,12 +4,23 @@
  * travel through the key exchange (PMIx, else MPI), then one all-reduce.
  * Prints one line per rank: where the world came from, then "ok" with the
  * result, or the communicator's error (exit 2). Run by tests/gpu-boot.sh
- * (mpiexec), tests/slurm-nccl.sh (srun --mpi=pmix) and scripts/gpu-check.sh. */
+ * (mpiexec), tests/slurm-nccl.sh (srun --mpi=pmix) and scripts/gpu-check.sh
+ * (also its watchdog experiment: GPU_BOOT_SKIP_RANK, exit 3 on the expected
+ * timeout). */
 #include "ddpc.h"
 
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 int main(int argc, char **argv)
 {
@@ -34,6 +45,15 @@ int main(int argc, char **argv)
         ddpc_finalize(rt);
         return 2;
     }
+    /* GPU_BOOT_SKIP_RANK=r: rank r never joins the all-reduce; the others'
+     * watchdog must end it after DDPC_TIMEOUT (exit 3 with the time taken) */
+    const char *skip = getenv("GPU_BOOT_SKIP_RANK");
+    if (skip && atoi(skip) == w->rank) {
+        printf("gpu_boot: rank %d: not joining the all-reduce\n", w->rank);
+        fflush(stdout);
+        sleep((unsigned)ddpc_config(rt)->timeout_s + 5);
+        _exit(0); /* its peers aborted their communicators: nothing to finalize with */
+    }
     enum { N = 1 << 20 };
     float *d = NULL, *h = malloc(N * sizeof *h);
     int rc = 1;
@@ -41,9 +61,16 @@ int main(int argc, char **argv)
         for (int i = 0; i < N; i++)
             h[i] = (float)(w->rank + 1);
         cudaMemcpy(d, h, N * sizeof *d, cudaMemcpyHostToDevice);
+        double t0 = now_s();
         ddpc_status_t st = ddpc_allreduce(c, d, d, N, DDPC_F32, DDPC_SUM);
         if (st == DDPC_OK)
             st = ddpc_comm_synchronize(c, -1);
+        if (st == DDPC_ERR_TIMEOUT && skip) {
+            printf("gpu_boot: rank %d: timed out as expected after %.1fs (DDPC_TIMEOUT %gs): %s\n",
+                   w->rank, now_s() - t0, ddpc_config(rt)->timeout_s, ddpc_last_error(rt));
+            fflush(stdout);
+            _exit(3);
+        }
         cudaMemcpy(h, d, N * sizeof *d, cudaMemcpyDeviceToHost);
         const float want = (float)w->size * (float)(w->size + 1) / 2.0f;
         int bad = 0;
