@@ -307,6 +307,77 @@ START_TEST(key_exchange)
 }
 END_TEST
 
+START_TEST(more_communicators_and_backends)
+{
+    /* a second host communicator: its own sequence, same results */
+    ddpc_comm_config_t cc = DDPC_COMM_CONFIG_INIT;
+    ddpc_comm_t c2 = NULL;
+    T_OK(ddpc_comm_create(T_rt, &cc, &c2));
+    ck_assert_int_eq(ddpc_comm_backend(c2), DDPC_BACKEND_MPI);
+    ck_assert_str_eq(ddpc_backend_name(ddpc_comm_backend(c2)), "mpi");
+    ck_assert_int_eq(ddpc_comm_device(c2), DDPC_DEVICE_HOST);
+    ck_assert_int_eq(ddpc_comm_rank(c2), T_rank);
+    ck_assert_int_eq(ddpc_comm_size(c2), T_size);
+    ck_assert_uint_eq(ddpc_comm_seq(c2), 0);
+    int64_t v = T_rank + 1;
+    T_OK(ddpc_allreduce(c2, &v, &v, 1, DDPC_I64, DDPC_SUM));
+    ck_assert_int_eq(v, (int64_t)T_size * (T_size + 1) / 2);
+    ck_assert_uint_eq(ddpc_comm_seq(c2), 1);
+    ddpc_work_t w;
+    T_OK(ddpc_iallreduce(c2, &v, &v, 1, DDPC_I64, DDPC_MAX, &w));
+    T_OK(ddpc_comm_synchronize(c2, -1)); /* done without a wait */
+    int done = 0;
+    T_OK(ddpc_work_test(w, &done));
+    ck_assert_int_eq(done, 1);
+    T_OK(ddpc_work_wait(w, -1));
+    T_OK(ddpc_comm_status(c2));
+    ddpc_comm_destroy(c2);
+    ddpc_comm_destroy(T_comm); /* the world communicator is the runtime's: a no-op */
+    T_OK(ddpc_barrier(T_comm));
+    T_OK(ddpc_comm_synchronize(T_comm, 1.0));
+
+    /* nccl on host memory is a usage error; device memory without a GPU (or
+     * without CUDA) says so, on every rank alike, before any collective */
+    cc.backend = DDPC_BACKEND_NCCL;
+    ck_assert_int_eq(ddpc_comm_create(T_rt, &cc, &c2), DDPC_ERR_INVALID);
+    ck_assert_ptr_null(c2);
+    ck_assert_msg(strstr(ddpc_last_error(T_rt), "backend nccl needs device memory"), "%s",
+                  ddpc_last_error(T_rt));
+    cc.backend = DDPC_BACKEND_MPI;
+    cc.device = -7;
+    ck_assert_int_eq(ddpc_comm_create(T_rt, &cc, &c2), DDPC_ERR_INVALID);
+    if (ddpc_device_count() <= 0) {
+        cc.device = DDPC_DEVICE_AUTO;
+        ddpc_status_t st = ddpc_comm_create(T_rt, &cc, &c2);
+        ck_assert_msg(st == DDPC_ERR_CUDA || st == DDPC_ERR_UNSUPPORTED, "status %s",
+                      ddpc_strerror(st));
+        const char *m = ddpc_last_error(T_rt);
+        ck_assert_msg(strstr(m, "no usable GPU") || strstr(m, "without CUDA"), "message: %s", m);
+        int dev = 0;
+        ck_assert_int_ne(ddpc_device_select(T_rt, &dev), DDPC_OK);
+        ck_assert_int_eq(dev, DDPC_DEVICE_HOST);
+    }
+    ck_assert_str_eq(ddpc_backend_name(DDPC_BACKEND_MPI_STAGED), "mpi-staged");
+    ck_assert_str_eq(ddpc_backend_name(DDPC_BACKEND_NCCL), "nccl");
+}
+END_TEST
+
+START_TEST(gpu_rule)
+{
+    char e[256];
+    for (int lr = 0; lr < 4; lr++)
+        ck_assert_int_eq(ddpc_gpu_rule(lr, 4, 4, "0,1,2,3", e, sizeof e), lr);
+    ck_assert_int_eq(ddpc_gpu_rule(3, 4, 1, "3", e, sizeof e), 0); /* --gpus-per-task */
+    ck_assert_int_eq(ddpc_gpu_rule(1, 2, 8, NULL, e, sizeof e), 1);
+    ck_assert_int_eq(ddpc_gpu_rule(2, 4, 2, "0,1", e, sizeof e), -1);
+    ck_assert_msg(strstr(e, "4 ranks on this node but 2 GPUs visible") &&
+                  strstr(e, "CUDA_VISIBLE_DEVICES=\"0,1\""), "%s", e);
+    ck_assert_int_eq(ddpc_gpu_rule(0, 1, 0, NULL, e, sizeof e), -1);
+    ck_assert_msg(strstr(e, "no CUDA device visible (CUDA_VISIBLE_DEVICES unset)"), "%s", e);
+    ck_assert_int_eq(ddpc_gpu_rule(2, 2, 2, NULL, e, sizeof e), -1);
+}
+END_TEST
+
 static Suite *comm_suite(void)
 {
     Suite *s = suite_create("comm");
@@ -322,6 +393,8 @@ static Suite *comm_suite(void)
     tcase_add_test(core, waits_from_two_threads);
     tcase_add_test(core, bitwise_identical_on_all_ranks);
     tcase_add_test(core, key_exchange);
+    tcase_add_test(core, more_communicators_and_backends);
+    tcase_add_test(core, gpu_rule);
     suite_add_tcase(s, core);
     TCase *bad = tcase_create("bad input");
     tcase_add_test(bad, bad_arguments_named);

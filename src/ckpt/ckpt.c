@@ -88,16 +88,6 @@ static ddpc_status_t device_buffers(ddpc_ckpt_t ck)
 #endif
 }
 
-/* Arena k (-1: parameters, else optimizer state k) on the device, and its
- * place in the shadow. */
-static float *arena(ddpc_ckpt_t ck, int k, size_t *numel)
-{
-    if (k < 0)
-        return ddpc_ddp_params(ck->ddp, numel);
-    ddpc_ddp_params(ck->ddp, numel);
-    return ddpc_optim_state(ck->opt, k, NULL);
-}
-
 static ddpc_status_t shadow_copy(ddpc_ckpt_t ck, int to_host)
 {
     if (ck->device == DDPC_DEVICE_HOST)
@@ -108,7 +98,9 @@ static ddpc_status_t shadow_copy(ddpc_ckpt_t ck, int to_host)
     size_t numel = 0;
     ddpc_ddp_params(ck->ddp, &numel);
     for (int k = -1; k < ddpc_optim_num_states(ck->opt); k++) {
-        float *dev = arena(ck, k, NULL), *host = ck->shadow + (size_t)(k + 1) * numel;
+        /* arena k (-1: the parameters) on the device, and its place in the shadow */
+        float *dev = k < 0 ? ddpc_ddp_params(ck->ddp, NULL) : ddpc_optim_state(ck->opt, k, NULL);
+        float *host = ck->shadow + (size_t)(k + 1) * numel;
         if (to_host)
             CK_CU(cudaMemcpyAsync(host, dev, numel * sizeof(float), cudaMemcpyDeviceToHost, s),
                   "checkpoint snapshot");
