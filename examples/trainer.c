@@ -682,6 +682,13 @@ int main(int argc, char **argv)
         ddpc_finalize(t->rt);
         return TRAINER_EXIT_USAGE;
     }
+    if (!t->comm) { /* DDPC_BACKEND=nccl accepted a launch whose MPI is not wired */
+        fprintf(stderr, "trainer: rank %d: MPI is not wired in this launch (srun --mpi=pmix with "
+                "an MPI that has no PMIx client) and this trainer has no CUDA model to train on "
+                "the nccl backend alone: launch with srun --mpi=pmi2 or mpiexec\n", t->rank);
+        ddpc_finalize(t->rt);
+        return TRAINER_EXIT_ERROR;
+    }
     const options_t *o = &t->opt;
     int code = TRAINER_EXIT_ERROR;
 

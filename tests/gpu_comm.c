@@ -27,69 +27,12 @@
  * A check that fails is counted (exit 1 on every rank); a call that fails
  * ends every rank at once through ddpc_abort, since the ranks' collectives
  * would no longer match. */
-#include "ddpc.h"
+#include "gputest.h"
 
-#include <cuda_runtime.h>
-#include <inttypes.h>
 #include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
-static ddpc_t rt;
-static ddpc_comm_t world;      /* host memory: agreement, hashes, barriers */
-static int rank, size;
-static int nfail;              /* checks failed on this rank */
-static int on_host;            /* GPU_TEST_ON_HOST=1 */
-static int device = DDPC_DEVICE_HOST;
-static cudaStream_t strm;      /* the device communicators' stream */
-static const char *label = "setup"; /* what is being checked, for messages */
-
 /* ------------------------------------------------------------------ checks */
-
-static void die(const char *file, int line, const char *call, const char *why)
-{
-    fprintf(stderr, "gpu_comm: rank %d: %s:%d: [%s] %s failed: %s\n", rank, file, line, label,
-            call, why);
-    fflush(stderr);
-    ddpc_abort(rt, 1, "gpu_comm: a call failed (above); ending every rank");
-}
-
-/* A CUDA call that must succeed. */
-#define CU(call)                                                                               \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess)                                                                 \
-            die(__FILE__, __LINE__, #call, cudaGetErrorString(e_));                            \
-    } while (0)
-
-/* A ddpc call that must return DDPC_OK. */
-#define OK(call)                                                                               \
-    do {                                                                                       \
-        ddpc_status_t s_ = (call);                                                             \
-        if (s_ != DDPC_OK) {                                                                   \
-            char m_[1400];                                                                     \
-            snprintf(m_, sizeof m_, "%s: %s", ddpc_strerror(s_), ddpc_last_error(rt));         \
-            die(__FILE__, __LINE__, #call, m_);                                                \
-        }                                                                                      \
-    } while (0)
-
-#define FAILF(...)                                                                             \
-    do {                                                                                       \
-        fprintf(stderr, "gpu_comm: rank %d: %s:%d: [%s] ", rank, __FILE__, __LINE__, label);   \
-        fprintf(stderr, __VA_ARGS__);                                                          \
-        fputc('\n', stderr);                                                                   \
-        nfail++;                                                                               \
-    } while (0)
-
-#define EXPECT_EQ_INT(a, b)                                                                    \
-    do {                                                                                       \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                    \
-        if (a_ != b_)                                                                          \
-            FAILF("%s == %s: %lld != %lld", #a, #b, a_, b_);                                   \
-    } while (0)
 
 #define EXPECT_STATUS(st, want)                                                                \
     do {                                                                                       \
@@ -108,10 +51,8 @@ static void expect_f32(const char *file, int line, const char *what, const float
             if (bad++ == 0)
                 first = i;
     if (bad) {
-        fprintf(stderr, "gpu_comm: rank %d: %s:%d: [%s] %s: %zu of %zu elements differ; first "
-                "at %zu: got %.9g, expected %.9g (tolerance %g)\n", rank, file, line, label, what,
-                bad, n, first, got[first], want[first], tol);
-        nfail++;
+        fail_at(file, line, "%s: %zu of %zu elements differ; first at %zu: got %.9g, expected "
+                "%.9g (tolerance %g)", what, bad, n, first, got[first], want[first], tol);
     }
 }
 #define EXPECT_F32(what, got, want, n, tol) expect_f32(__FILE__, __LINE__, what, got, want, n, tol)
@@ -135,44 +76,12 @@ static void expect_bits(const char *file, int line, const char *what, const void
             memcpy(&a, g + first * es, 2), memcpy(&b, w + first * es, 2);
             gv = a, wv = b;
         }
-        fprintf(stderr, "gpu_comm: rank %d: %s:%d: [%s] %s: %zu of %zu elements differ; first "
-                "at %zu: got %lld (0x%llx), expected %lld (0x%llx)\n", rank, file, line, label,
-                what, bad, n, first, gv, (unsigned long long)gv, wv, (unsigned long long)wv);
-        nfail++;
+        fail_at(file, line, "%s: %zu of %zu elements differ; first at %zu: got %lld (0x%llx), "
+                "expected %lld (0x%llx)", what, bad, n, first, gv, (unsigned long long)gv, wv,
+                (unsigned long long)wv);
     }
 }
 #define EXPECT_BITS(what, got, want, n, es) expect_bits(__FILE__, __LINE__, what, got, want, n, es)
-
-/* FNV-1a of n bytes. */
-static uint64_t fnv1a(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-/* The same bytes on every rank: one hash each, allgathered on the host. */
-static void expect_same_on_all_ranks(const char *file, int line, const char *what,
-                                     const void *buf, size_t bytes)
-{
-    uint64_t h = fnv1a(buf, bytes), *all = malloc((size_t)size * sizeof *all);
-    if (!all)
-        die(file, line, "malloc", "out of memory");
-    OK(ddpc_allgather(world, &h, all, 1, DDPC_I64));
-    for (int r = 0; r < size; r++)
-        if (all[r] != all[0]) {
-            fprintf(stderr, "gpu_comm: rank %d: %s:%d: [%s] %s: rank %d's FNV-1a %016" PRIx64
-                    " != rank 0's %016" PRIx64 "\n", rank, file, line, label, what, r, all[r],
-                    all[0]);
-            nfail++;
-            break;
-        }
-    free(all);
-}
-#define EXPECT_SAME_ON_ALL_RANKS(what, buf, bytes)                                             \
-    expect_same_on_all_ranks(__FILE__, __LINE__, what, buf, bytes)
 
 static double now(void)
 {
@@ -182,9 +91,8 @@ static double now(void)
 }
 
 /* ------------------------------------------------------------------ memory */
-/* Device buffers and copies (host memory and memcpy with GPU_TEST_ON_HOST).
- * Copies go on strm and wait for it: the results of a stream-ordered (nccl)
- * collective are read after it. */
+/* Device buffers (host memory with GPU_TEST_ON_HOST); halloc, upload and
+ * download are gputest.h's. */
 
 static void *dalloc(size_t bytes)
 {
@@ -206,14 +114,6 @@ static void dfree(void *p)
         CU(cudaFree(p));
 }
 
-static void *halloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p)
-        die(__FILE__, __LINE__, "malloc", "out of memory");
-    return p;
-}
-
 /* Page-locked: cudaMemcpyAsync from it is truly asynchronous. */
 static void *palloc(size_t bytes)
 {
@@ -230,26 +130,6 @@ static void pfree(void *p)
         free(p);
     else if (p)
         CU(cudaFreeHost(p));
-}
-
-static void upload(void *dev, const void *host, size_t bytes)
-{
-    if (on_host) {
-        memcpy(dev, host, bytes);
-        return;
-    }
-    CU(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, strm));
-    CU(cudaStreamSynchronize(strm));
-}
-
-static void download(void *host, const void *dev, size_t bytes)
-{
-    if (on_host) {
-        memcpy(host, dev, bytes);
-        return;
-    }
-    CU(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, strm));
-    CU(cudaStreamSynchronize(strm));
 }
 
 /* ------------------------------------------------------------------ values */
@@ -608,33 +488,11 @@ static void bench(ddpc_comm_t c)
 
 /* ------------------------------------------------------------------ runs */
 
-static ddpc_status_t make_comm(ddpc_backend_t be, ddpc_comm_t *c)
-{
-    ddpc_comm_config_t cc = DDPC_COMM_CONFIG_INIT;
-    cc.backend = be;
-    cc.device = on_host ? DDPC_DEVICE_HOST : DDPC_DEVICE_AUTO;
-    cc.stream = strm;
-    return ddpc_comm_create(rt, &cc, c);
-}
-
 static void run_backend(ddpc_backend_t be)
 {
-    const ddpc_backend_t want = on_host ? DDPC_BACKEND_MPI
-                                : be == DDPC_BACKEND_NCCL ? DDPC_BACKEND_NCCL
-                                                          : DDPC_BACKEND_MPI_STAGED;
-    label = ddpc_backend_name(want);
     ddpc_comm_t c;
-    ddpc_status_t st = make_comm(be, &c);
-    if (st == DDPC_ERR_UNSUPPORTED && be == DDPC_BACKEND_NCCL) {
-        if (rank == 0)
-            printf("gpu_comm: nccl: skipped: %s\n", ddpc_last_error(rt));
+    if (!open_comm(be, &c))
         return;
-    }
-    OK(st);
-    if (ddpc_comm_backend(c) != want)
-        FAILF("backend %s, expected %s", ddpc_backend_name(ddpc_comm_backend(c)),
-              ddpc_backend_name(want));
-    EXPECT_EQ_INT(ddpc_comm_device(c), device);
     EXPECT_EQ_INT(ddpc_comm_size(c), size);
     EXPECT_EQ_INT(ddpc_comm_rank(c), rank);
     if (rank == 0) {
@@ -686,7 +544,7 @@ static void run_backend(ddpc_backend_t be)
  * not freed and may be waited for again. */
 static void check_timeout(void)
 {
-    label = on_host ? "mpi, timeout" : "mpi-staged, timeout";
+    snprintf(label, sizeof label, "%s", on_host ? "mpi, timeout" : "mpi-staged, timeout");
     enum { N = 1000 };
     ddpc_comm_t c;
     OK(make_comm(DDPC_BACKEND_MPI, &c));
@@ -737,69 +595,15 @@ static void check_timeout(void)
     dfree(d), free(h), free(w);
 }
 
+/* The cases: each backend, then (2 or more ranks) the timeout, last. */
+static void cases(void)
+{
+    each_backend(run_backend);
+    if (size >= 2)
+        check_timeout();
+}
+
 int main(int argc, char **argv)
 {
-    /* this test picks its backends; DDPC_BACKEND would override them */
-    const char *forced = getenv("DDPC_BACKEND");
-    char forced_copy[64] = "";
-    if (forced) {
-        snprintf(forced_copy, sizeof forced_copy, "%s", forced);
-        unsetenv("DDPC_BACKEND");
-    }
-    const char *oh = getenv("GPU_TEST_ON_HOST");
-    on_host = oh && !strcmp(oh, "1");
-    ddpc_config_t cfg = DDPC_CONFIG_INIT;
-    cfg.timeout_s = 120; /* a collective with no partner fails in minutes, not 10 (DDPC_TIMEOUT) */
-    if (ddpc_init(&cfg, &argc, &argv, &rt) != DDPC_OK) {
-        fprintf(stderr, "gpu_comm: %s\n", rt ? ddpc_last_error(rt) : ddpc_init_error());
-        ddpc_finalize(rt);
-        return 99;
-    }
-    world = ddpc_comm_world(rt);
-    rank = ddpc_world(rt)->rank;
-    size = ddpc_world(rt)->size;
-    if (!world) {
-        fprintf(stderr, "gpu_comm: rank %d: MPI is not wired in this launch (use mpiexec)\n", rank);
-        ddpc_finalize(rt);
-        return 99;
-    }
-    if (forced_copy[0] && rank == 0)
-        printf("gpu_comm: note: ignoring DDPC_BACKEND=%s: this test picks its backends\n",
-               forced_copy);
-
-    int32_t ndev = on_host ? 1 : ddpc_device_count(), least = ndev;
-    OK(ddpc_allreduce(world, &ndev, &least, 1, DDPC_I32, DDPC_MIN));
-    if (least <= 0) {
-        if (rank == 0)
-            printf("gpu_comm: skipped: no usable CUDA device\n");
-        ddpc_finalize(rt);
-        return 77;
-    }
-    if (!on_host) {
-        OK(ddpc_device_select(rt, &device));
-        CU(cudaStreamCreateWithFlags(&strm, cudaStreamNonBlocking));
-    }
-
-    run_backend(DDPC_BACKEND_MPI);
-    if (size == 1) {
-        if (on_host) {
-            if (rank == 0)
-                printf("gpu_comm: nccl: skipped: GPU_TEST_ON_HOST=1\n");
-        } else {
-            run_backend(DDPC_BACKEND_NCCL);
-        }
-    }
-    if (size >= 2)
-        check_timeout(); /* last */
-
-    label = "end";
-    int32_t nf = nfail, any = nf;
-    OK(ddpc_allreduce(world, &nf, &any, 1, DDPC_I32, DDPC_MAX));
-    if (rank == 0)
-        printf("gpu_comm: %d rank(s): %s\n", size,
-               any ? "FAILED (messages above, per rank)" : "ok");
-    if (strm)
-        CU(cudaStreamDestroy(strm));
-    ddpc_finalize(rt);
-    return any ? 1 : 0;
+    return gpu_test_main("gpu_comm", argc, argv, cases);
 }

@@ -1,11 +1,12 @@
 /* gpu_ddp.c: the DDP engine on device arenas under 1, 2 and 4 MPI ranks
  * sharing one GPU (backend mpi-staged; nccl too with 1 rank). The device
  * twin of mpi_ddp.c's equivalence test; plain C with its own checks.
- * A linear model (K weight blocks and a bias; small buckets, so several)
- * is trained 20 steps with N ranks on batch B each. Gradients are computed
- * on the host from the downloaded parameters and uploaded per parameter
- * with cudaMemcpyAsync on the compute stream, grad_ready last parameter
- * first, then ddpc_ddp_wait and the device optimizer step. Checks:
+ * The linear model of linear_model.h (K weight blocks and a bias; small
+ * buckets, so several) is trained 20 steps with N ranks on batch B each.
+ * Gradients are computed on the host from the downloaded parameters and
+ * uploaded per parameter with cudaMemcpyAsync on the compute stream,
+ * grad_ready last parameter first, then ddpc_ddp_wait and the device
+ * optimizer step. Checks:
  *  - after every step, gradients and parameters are bitwise identical on all
  *    ranks (FNV-1a allgathered on the world communicator);
  *  - after 20 steps the parameters match a plain C one-process reference on
@@ -23,74 +24,19 @@
  * A check that fails is counted (exit 1 on every rank); a call that fails
  * ends every rank at once through ddpc_abort (the collectives would no
  * longer match). */
-#include "ddpc.h"
+#include "gputest.h"
+#include "linear_model.h"
 
-#include <cuda_runtime.h>
 #include <dirent.h>
-#include <inttypes.h>
 #include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
-enum { D = 37, O = 24, K = 4, B = 8, STEPS = 20 }; /* input, output, blocks, per-rank batch */
-
-static ddpc_t rt;
-static ddpc_comm_t world;      /* host memory: agreement, hashes, barriers */
-static int rank, size;
-static int nfail;
-static int on_host;            /* GPU_TEST_ON_HOST=1 */
-static int device = DDPC_DEVICE_HOST;
-static cudaStream_t strm;      /* the compute stream */
-static char label[96] = "setup";
+enum { B = 8, STEPS = 20 }; /* per-rank batch, steps of each run */
 
 /* ------------------------------------------------------------------ checks */
 
-static void die(const char *file, int line, const char *call, const char *why)
-{
-    fprintf(stderr, "gpu_ddp: rank %d: %s:%d: [%s] %s failed: %s\n", rank, file, line, label,
-            call, why);
-    fflush(stderr);
-    ddpc_abort(rt, 1, "gpu_ddp: a call failed (above); ending every rank");
-}
-
-#define CU(call)                                                                               \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess)                                                                 \
-            die(__FILE__, __LINE__, #call, cudaGetErrorString(e_));                            \
-    } while (0)
-
-/* A ddpc call that must return DDPC_OK; msg is the message to show. */
-#define OK_MSG(call, msg)                                                                      \
-    do {                                                                                       \
-        ddpc_status_t s_ = (call);                                                             \
-        if (s_ != DDPC_OK) {                                                                   \
-            char m_[1400];                                                                     \
-            snprintf(m_, sizeof m_, "%s: %s", ddpc_strerror(s_), (msg));                       \
-            die(__FILE__, __LINE__, #call, m_);                                                \
-        }                                                                                      \
-    } while (0)
-#define OK(call) OK_MSG(call, ddpc_last_error(rt))
 #define OK_D(d, call) OK_MSG(call, ddpc_ddp_last_error(d))
 #define OK_CK(ck, call) OK_MSG(call, ddpc_ckpt_last_error(ck))
-
-#define FAILF(...)                                                                             \
-    do {                                                                                       \
-        fprintf(stderr, "gpu_ddp: rank %d: %s:%d: [%s] ", rank, __FILE__, __LINE__, label);    \
-        fprintf(stderr, __VA_ARGS__);                                                          \
-        fputc('\n', stderr);                                                                   \
-        nfail++;                                                                               \
-    } while (0)
-
-#define EXPECT_EQ_INT(a, b)                                                                    \
-    do {                                                                                       \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                    \
-        if (a_ != b_)                                                                          \
-            FAILF("%s == %s: %lld != %lld", #a, #b, a_, b_);                                   \
-    } while (0)
 
 #define EXPECT_EQ_HASH(what, a, b)                                                             \
     do {                                                                                       \
@@ -98,35 +44,6 @@ static void die(const char *file, int line, const char *call, const char *why)
         if (a_ != b_)                                                                          \
             FAILF("%s: FNV-1a %016" PRIx64 " != %016" PRIx64, what, a_, b_);                   \
     } while (0)
-
-static uint64_t fnv1a(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-static void expect_same_on_all_ranks(const char *file, int line, const char *what,
-                                     const void *buf, size_t bytes)
-{
-    uint64_t h = fnv1a(buf, bytes), *all = malloc((size_t)size * sizeof *all);
-    if (!all)
-        die(file, line, "malloc", "out of memory");
-    OK(ddpc_allgather(world, &h, all, 1, DDPC_I64));
-    for (int r = 0; r < size; r++)
-        if (all[r] != all[0]) {
-            fprintf(stderr, "gpu_ddp: rank %d: %s:%d: [%s] %s: rank %d's FNV-1a %016" PRIx64
-                    " != rank 0's %016" PRIx64 "\n", rank, file, line, label, what, r, all[r],
-                    all[0]);
-            nfail++;
-            break;
-        }
-    free(all);
-}
-#define EXPECT_SAME_ON_ALL_RANKS(what, buf, bytes)                                             \
-    expect_same_on_all_ranks(__FILE__, __LINE__, what, buf, bytes)
 
 /* max over i of |got - want| / max(|want|, 1) <= tol, printing the worst. */
 static double expect_close(const char *file, int line, const char *what, const float *got,
@@ -140,10 +57,8 @@ static double expect_close(const char *file, int line, const char *what, const f
             worst = e, at = i;
     }
     if (!(worst <= tol)) {
-        fprintf(stderr, "gpu_ddp: rank %d: %s:%d: [%s] %s: element %zu: got %.9g, expected "
-                "%.9g: error %.3g > tolerance %g\n", rank, file, line, label, what, at, got[at],
-                want[at], worst, tol);
-        nfail++;
+        fail_at(file, line, "%s: element %zu: got %.9g, expected %.9g: error %.3g > tolerance %g",
+                what, at, got[at], want[at], worst, tol);
     }
     return worst;
 }
@@ -151,28 +66,8 @@ static double expect_close(const char *file, int line, const char *what, const f
     expect_close(__FILE__, __LINE__, what, got, want, n, tol)
 
 /* ------------------------------------------------------------------ memory */
-/* Arenas are device memory (host memory with GPU_TEST_ON_HOST); copies go
- * on the compute stream and wait for it. */
-
-static void upload(void *dev, const void *host, size_t bytes)
-{
-    if (on_host) {
-        memcpy(dev, host, bytes);
-        return;
-    }
-    CU(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, strm));
-    CU(cudaStreamSynchronize(strm));
-}
-
-static void download(void *host, const void *dev, size_t bytes)
-{
-    if (on_host) {
-        memcpy(host, dev, bytes);
-        return;
-    }
-    CU(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, strm));
-    CU(cudaStreamSynchronize(strm));
-}
+/* Arenas are device memory (host memory with GPU_TEST_ON_HOST); halloc,
+ * upload and download are gputest.h's, on the compute stream strm. */
 
 static void dzero(void *dev, size_t bytes)
 {
@@ -182,61 +77,6 @@ static void dzero(void *dev, size_t bytes)
     }
     CU(cudaMemsetAsync(dev, 0, bytes, strm));
     CU(cudaStreamSynchronize(strm));
-}
-
-static void *halloc(size_t bytes)
-{
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p)
-        die(__FILE__, __LINE__, "calloc", "out of memory");
-    return p;
-}
-
-/* ------------------------------------------------------------------ model */
-/* As in mpi_ddp.c. */
-
-/* deterministic sample s of step t: x (D,), target y (O,) */
-static void sample(int t, int s, float *x, float *y)
-{
-    uint64_t z = 0x9e3779b97f4a7c15ull * (uint64_t)(t * 100003 + s + 1);
-    for (int i = 0; i < D + O; i++) {
-        z ^= z >> 31, z *= 0xbf58476d1ce4e5b9ull, z ^= z >> 27;
-        float v = (float)((double)(z >> 11) * 0x1p-53 * 2.0 - 1.0);
-        if (i < D)
-            x[i] = v;
-        else
-            y[i - D] = v;
-    }
-}
-
-/* Linear model y = W x + b, W as K row blocks "w.k" (O/K, D), then "b" (O).
- * MSE loss mean over n samples [s0, s0+n) of step t; accumulates gradients
- * into g (same layout as the arena). */
-static void grad_linear(const float *p, float *g, int t, int s0, int n)
-{
-    float x[D], y[O], out[O];
-    const float *W = p, *b = p + O * D;
-    for (int s = s0; s < s0 + n; s++) {
-        sample(t, s, x, y);
-        for (int o = 0; o < O; o++) {
-            float a = b[o];
-            for (int i = 0; i < D; i++)
-                a += W[o * D + i] * x[i];
-            out[o] = a;
-        }
-        for (int o = 0; o < O; o++) {
-            float e = 2.0f * (out[o] - y[o]) / (float)n;
-            for (int i = 0; i < D; i++)
-                g[o * D + i] += e * x[i];
-            g[O * D + o] += e;
-        }
-    }
-}
-
-static void init_params(float *p, size_t n, int r)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (float)sin(0.37 * (double)i + r); /* differs per rank: broadcast fixes it */
 }
 
 /* ------------------------------------------------------------------ reference */
@@ -431,7 +271,7 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
         char what[96];
         download(hp, dp, n * 4);
         memset(hg, 0, n * 4);
-        grad_linear(hp, hg, t, rank * B, B);
+        grad_linear(hp, hg, t, rank * B, B, 1.0f);
         OK_D(d, ddpc_ddp_zero_grad(d));
         for (int i = np - 1; i >= 0; i--) { /* backward: last parameter first */
             if (i == skip)
@@ -461,7 +301,7 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
 
         /* the reference: one process, the whole N*B batch */
         memset(rg, 0, n * 4);
-        grad_linear(rp, rg, t, 0, size * B);
+        grad_linear(rp, rg, t, 0, size * B, 1.0f);
         if (skip >= 0)
             memset(rg + skip_info.offset, 0, skip_info.numel * 4);
         ref_step(&oc, (uint64_t)t, rp, rg, rm, rv, n);
@@ -486,90 +326,23 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
 
 static void run_backend(ddpc_backend_t be)
 {
-    const ddpc_backend_t want = on_host ? DDPC_BACKEND_MPI
-                                : be == DDPC_BACKEND_NCCL ? DDPC_BACKEND_NCCL
-                                                          : DDPC_BACKEND_MPI_STAGED;
-    const char *name = ddpc_backend_name(want);
-    snprintf(label, sizeof label, "%s", name);
-    ddpc_comm_config_t cc = DDPC_COMM_CONFIG_INIT;
-    cc.backend = be;
-    cc.device = on_host ? DDPC_DEVICE_HOST : DDPC_DEVICE_AUTO;
-    cc.stream = strm;
     ddpc_comm_t c;
-    ddpc_status_t st = ddpc_comm_create(rt, &cc, &c);
-    if (st == DDPC_ERR_UNSUPPORTED && be == DDPC_BACKEND_NCCL) {
-        if (rank == 0)
-            printf("gpu_ddp: nccl: skipped: %s\n", ddpc_last_error(rt));
+    if (!open_comm(be, &c))
         return;
-    }
-    OK(st);
-    if (ddpc_comm_backend(c) != want)
-        FAILF("backend %s, expected %s", ddpc_backend_name(ddpc_comm_backend(c)), name);
-    EXPECT_EQ_INT(ddpc_comm_device(c), device);
+    const char *name = ddpc_backend_name(ddpc_comm_backend(c));
     for (size_t r = 0; r < sizeof runs / sizeof *runs; r++)
         train(c, &runs[r], name);
     OK(ddpc_comm_synchronize(c, -1));
     ddpc_comm_destroy(c);
 }
 
+/* The cases: every run on each backend. */
+static void cases(void)
+{
+    each_backend(run_backend);
+}
+
 int main(int argc, char **argv)
 {
-    const char *forced = getenv("DDPC_BACKEND");
-    char forced_copy[64] = "";
-    if (forced) { /* this test picks its backends; DDPC_BACKEND would override them */
-        snprintf(forced_copy, sizeof forced_copy, "%s", forced);
-        unsetenv("DDPC_BACKEND");
-    }
-    const char *oh = getenv("GPU_TEST_ON_HOST");
-    on_host = oh && !strcmp(oh, "1");
-    ddpc_config_t cfg = DDPC_CONFIG_INIT;
-    cfg.timeout_s = 120; /* DDPC_TIMEOUT overrides */
-    if (ddpc_init(&cfg, &argc, &argv, &rt) != DDPC_OK) {
-        fprintf(stderr, "gpu_ddp: %s\n", rt ? ddpc_last_error(rt) : ddpc_init_error());
-        ddpc_finalize(rt);
-        return 99;
-    }
-    world = ddpc_comm_world(rt);
-    rank = ddpc_world(rt)->rank;
-    size = ddpc_world(rt)->size;
-    if (!world) {
-        fprintf(stderr, "gpu_ddp: rank %d: MPI is not wired in this launch (use mpiexec)\n", rank);
-        ddpc_finalize(rt);
-        return 99;
-    }
-    if (forced_copy[0] && rank == 0)
-        printf("gpu_ddp: note: ignoring DDPC_BACKEND=%s: this test picks its backends\n",
-               forced_copy);
-    int32_t ndev = on_host ? 1 : ddpc_device_count(), least = ndev;
-    OK(ddpc_allreduce(world, &ndev, &least, 1, DDPC_I32, DDPC_MIN));
-    if (least <= 0) {
-        if (rank == 0)
-            printf("gpu_ddp: skipped: no usable CUDA device\n");
-        ddpc_finalize(rt);
-        return 77;
-    }
-    if (!on_host) {
-        OK(ddpc_device_select(rt, &device));
-        CU(cudaStreamCreateWithFlags(&strm, cudaStreamNonBlocking));
-    }
-
-    run_backend(DDPC_BACKEND_MPI);
-    if (size == 1) {
-        if (on_host) {
-            if (rank == 0)
-                printf("gpu_ddp: nccl: skipped: GPU_TEST_ON_HOST=1\n");
-        } else {
-            run_backend(DDPC_BACKEND_NCCL);
-        }
-    }
-
-    snprintf(label, sizeof label, "end");
-    int32_t nf = nfail, any = nf;
-    OK(ddpc_allreduce(world, &nf, &any, 1, DDPC_I32, DDPC_MAX));
-    if (rank == 0)
-        printf("gpu_ddp: %d rank(s): %s\n", size, any ? "FAILED (messages above, per rank)" : "ok");
-    if (strm)
-        CU(cudaStreamDestroy(strm));
-    ddpc_finalize(rt);
-    return any ? 1 : 0;
+    return gpu_test_main("gpu_ddp", argc, argv, cases);
 }

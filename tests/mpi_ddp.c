@@ -5,56 +5,13 @@
  * float tolerance, and be bitwise identical across ranks after every step.
  * Also: accumulation, unused parameters, errors, compression, bucket plans,
  * clipping, loss scaling and the update rules against hand-computed values. */
+#include "linear_model.h"
 #include "mpitest.h"
 
 #include <math.h>
 #include <string.h>
 
-enum { D = 37, O = 24, K = 4, B = 8 }; /* input, output, weight blocks, per-rank batch */
-
-/* deterministic sample s of step t: x (D,), target y (O,) */
-static void sample(int t, int s, float *x, float *y)
-{
-    uint64_t z = 0x9e3779b97f4a7c15ull * (uint64_t)(t * 100003 + s + 1);
-    for (int i = 0; i < D + O; i++) {
-        z ^= z >> 31, z *= 0xbf58476d1ce4e5b9ull, z ^= z >> 27;
-        float v = (float)((double)(z >> 11) * 0x1p-53 * 2.0 - 1.0);
-        if (i < D)
-            x[i] = v;
-        else
-            y[i - D] = v;
-    }
-}
-
-/* Linear model y = W x + b, W as K row blocks "w.k" (O/K, D), then "b" (O).
- * MSE loss mean over n samples [s0, s0+n) of step t, times `scale`;
- * accumulates gradients into g (same layout as the arena). */
-static void grad_linear(const float *p, float *g, int t, int s0, int n, float scale)
-{
-    float x[D], y[O], out[O];
-    const float *W = p, *b = p + O * D;
-    for (int s = s0; s < s0 + n; s++) {
-        sample(t, s, x, y);
-        for (int o = 0; o < O; o++) {
-            float a = b[o];
-            for (int i = 0; i < D; i++)
-                a += W[o * D + i] * x[i];
-            out[o] = a;
-        }
-        for (int o = 0; o < O; o++) {
-            float e = 2.0f * (out[o] - y[o]) * scale / (float)n;
-            for (int i = 0; i < D; i++)
-                g[o * D + i] += e * x[i];
-            g[O * D + o] += e;
-        }
-    }
-}
-
-static void init_params(float *p, size_t n, int rank)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (float)sin(0.37 * (double)i + rank); /* differs per rank: broadcast fixes it */
-}
+enum { B = 8 }; /* per-rank batch */
 
 /* A DDP engine over the linear model with buckets small enough to have several. */
 static ddpc_ddp_t make_ddp(const ddpc_ddp_config_t *cfg)

@@ -26,3 +26,10 @@ fi
 if grep -q 'MPI_COMM_WORLD says' "$out"; then cat "$out"; fail "the MPI singleton refusal on the nccl path"; fi
 cat "$out"
 echo "ok: srun --mpi=pmix with the nccl backend: world from PMIx, id exchanged, one clear error"
+
+# the CPU trainer on such a launch: one clear message per rank, no crash or hang
+if [ "$DDPC_MPI_FLAVOR" = mpich ]; then
+    expect_fail_msg 'trainer: rank [0-3]: MPI is not wired in this launch .*srun --mpi=pmi2' \
+        srun_t -N2 -n4 --mpi=pmix "$top_builddir/trainer" --epochs 1
+    [ "$(grep -c 'MPI is not wired' "$TMP/out")" -eq 4 ] || { cat "$TMP/out"; fail "expected 4 messages"; }
+fi

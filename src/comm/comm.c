@@ -250,6 +250,7 @@ static struct ddpc_comm *comm_alloc(ddpc_t rt, int device, void *stream)
     c->stream = stream;
     c->rank = rt->world.rank;
     c->size = rt->world.size;
+    c->fail_seq = UINT64_MAX;
     pthread_mutex_init(&c->mu, NULL);
     return c;
 }

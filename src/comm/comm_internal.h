@@ -58,6 +58,8 @@ struct ddpc_comm {
     uint64_t seq;            /* next sequence number to hand out */
     ddpc_status_t failed;    /* device backends: sticky, once aborted */
     char fail_msg[DDPC_ERRMSG_LEN]; /* its message, without the rank prefix */
+    uint64_t fail_seq;       /* the collective that failed (UINT64_MAX: none known),
+                                so that the DDP engine can name its bucket */
     void *impl;              /* the backend's state */
 };
 

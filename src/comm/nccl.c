@@ -78,6 +78,8 @@ static void fail_locked(struct ddpc_comm *c, ddpc_status_t st, const char *msg)
     if (!c->failed) {
         c->failed = st;
         snprintf(c->fail_msg, sizeof c->fail_msg, "%s", msg);
+        if (c->fail_seq == UINT64_MAX && n->head) /* in order: the oldest is the stuck one */
+            c->fail_seq = n->head->seq;
     }
     if (n->nc && !n->aborted) {
         n->aborted = 1;
@@ -228,6 +230,8 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
                  ncclGetErrorString(r), ncclGetLastError(n->nc));
         event_put(n, ready);
         event_put(n, done);
+        if (!c->failed)
+            c->fail_seq = w->seq;
         fail_locked(c, r == ncclInProgress ? DDPC_ERR_TIMEOUT : DDPC_ERR_NCCL, msg);
         return ddpc_err(c->rt, c->failed, MOD, "%s", msg);
     }
@@ -236,6 +240,8 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
         snprintf(msg, sizeof msg, "%s: recording its end event: %s", what, cudaGetErrorString(e));
         event_put(n, ready);
         event_put(n, done);
+        if (!c->failed)
+            c->fail_seq = w->seq;
         fail_locked(c, DDPC_ERR_CUDA, msg);
         return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "%s", msg);
     }

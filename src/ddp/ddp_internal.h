@@ -25,6 +25,8 @@ typedef struct {
     int first_param, last_param;
     int pending;          /* parameters not yet ready in this step */
     int launched;
+    uint64_t seq;         /* sequence number of its last all-reduce (kept across steps) */
+    int launched_once;
     ddpc_work_t work;
     uint16_t *wire;       /* compression: (numel,) bf16/fp16 copy on the wire (device
                              memory for a device engine) */

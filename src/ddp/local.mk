@@ -7,7 +7,7 @@ endif
 EXTRA_DIST += src/ddp/cuda_kernels.h src/ddp/cuda_kernels.cu
 if HAVE_CHECK
 check_PROGRAMS += tests/mpi_ddp
-tests_mpi_ddp_SOURCES = tests/mpi_ddp.c tests/mpitest.h
+tests_mpi_ddp_SOURCES = tests/mpi_ddp.c tests/mpitest.h tests/linear_model.h
 tests_mpi_ddp_CFLAGS = $(DDPC_TEST_CF)
 tests_mpi_ddp_LDFLAGS = $(DDPC_TEST_LD)
 tests_mpi_ddp_LDADD = $(DDPC_TEST_LIBS) -lm

@@ -20,6 +20,27 @@
 
 #define ON_DEVICE(d) ((d)->device != DDPC_DEVICE_HOST)
 
+#include "../comm/comm_internal.h" /* fail_seq: which collective aborted a device communicator */
+
+/* A device communicator fails asynchronously (its watchdog aborts it): the
+ * engine learns at its next call, and names the bucket whose all-reduce it
+ * was, like the host path's timeout message. */
+static ddpc_status_t comm_failed(ddpc_ddp_t d)
+{
+    ddpc_status_t st = ddpc_comm_status(d->comm);
+    if (st == DDPC_OK)
+        return DDPC_OK;
+    const uint64_t f = d->comm->fail_seq;
+    for (int b = 0; b < d->nbuckets; b++) {
+        const ddp_bucket_t *bk = &d->buckets[b];
+        if (bk->launched_once && bk->seq == f)
+            return ddp_err(d, st, "bucket %d of %d (parameters %d..%d, %zu floats): %s", b,
+                           d->nbuckets, bk->first_param, bk->last_param, bk->numel,
+                           ddpc_last_error(d->rt));
+    }
+    return ddp_err(d, st, "%s", ddpc_last_error(d->rt));
+}
+
 ddpc_status_t ddpc_ddp_set_sync(ddpc_ddp_t d, int sync)
 {
     if (!d)
@@ -54,6 +75,10 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
     ddpc_status_t st;
     if (d->next_launch == 0)
         d->t_first_launch = ddpc_now();
+    if (ON_DEVICE(d) && (st = comm_failed(d)) != DDPC_OK)
+        return st;
+    bk->seq = ddpc_comm_seq(d->comm); /* the engine issues its collectives from one thread */
+    bk->launched_once = 1;
     if (d->cfg.compress == DDPC_F32) {
         st = ddpc_iallreduce(d->comm, g, g, bk->numel, DDPC_F32, DDPC_AVG, &bk->work);
     } else {
@@ -234,6 +259,12 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
         if (!bk->launched || !bk->work)
             continue;
         ddpc_status_t ws = ddpc_work_wait(bk->work, -1);
+        if (ws != DDPC_OK && ON_DEVICE(d) && ddpc_comm_status(d->comm) != DDPC_OK) {
+            bk->work = NULL;
+            if (st == DDPC_OK)
+                st = comm_failed(d); /* names the bucket whose all-reduce failed */
+            continue;
+        }
         if (ws == DDPC_ERR_TIMEOUT)
             return ddp_err(d, ws, "bucket %d of %d (parameters %d..%d, %zu floats): %s", b,
                            d->nbuckets, bk->first_param, bk->last_param, bk->numel,
