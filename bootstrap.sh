@@ -8,7 +8,8 @@ cd "$(dirname "$0")"
 mode=${1:-all}
 PKGS="build-essential autoconf automake libtool pkg-config mpich libmpich-dev
  libhdf5-dev hdf5-tools libpmix-dev check zlib1g-dev libblis-dev libopenblas-dev
- slurm-wlm munge iproute2 dataset-fashion-mnist python3 python3-h5py python3-numpy"
+ slurm-wlm munge iproute2 dataset-fashion-mnist python3 python3-h5py python3-numpy
+ lmod groff-base man-db"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
