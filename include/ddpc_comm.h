@@ -84,7 +84,8 @@ typedef struct {
  * memory, every rank first checks its GPU and the ranks agree before any
  * NCCL call: if one rank has no usable GPU every rank fails with
  * DDPC_ERR_CUDA naming those ranks (no hang). The nccl backend needs no MPI:
- * its unique id travels through ddpc_kvs_bcast (PMIx under srun --mpi=pmix).
+ * its unique id travels with the GPU checks through ddpc_kvs_allgather (PMIx
+ * under srun --mpi=pmix).
  * Two ranks on one GPU cannot share an NCCL communicator (NCCL refuses a
  * duplicate GPU): that is DDPC_ERR_UNSUPPORTED naming them; the mpi backend
  * stages and allows it. */
@@ -112,10 +113,11 @@ DDPC_API ddpc_status_t ddpc_comm_status(ddpc_comm_t c);
  * and allowed for allreduce and broadcast. Counts are elements.
  * AVG divides the sum by the size (integers: truncating division).
  * BF16 and F16 support SUM and AVG only (accumulated in their own type, as
- * NCCL does). The i* variants return a work handle at once; the operation
- * runs in call order (mpi: on the communicator's progress thread; device
- * backends: after the work enqueued on the communicator's stream at the
- * call); the buffers must not be touched until the work completes.
+ * NCCL does); U8 is not reduced (DDPC_ERR_UNSUPPORTED). The i* variants
+ * return a work handle at once; the operation runs in call order (mpi: on
+ * the communicator's progress thread; device backends: after the work
+ * enqueued on the communicator's stream at the call); the buffers must not
+ * be touched until the work completes.
  * On device communicators the blocking calls are stream-ordered, as NCCL's
  * are: on return the communicator's stream waits for the result (nccl), or
  * the result is in place (mpi-staged). */

@@ -31,7 +31,8 @@ typedef struct {
     int overlap;               /* DDPC_OVERLAP=0|1: launch buckets during backward (1) or
                                   all at wait (0, for comparison) */
     void *stream;              /* device engines: the caller's compute stream
-                                  (cudaStream_t; NULL: the legacy default stream) */
+                                  (cudaStream_t; NULL: the stream the communicator
+                                  already follows) */
 } ddpc_ddp_config_t;
 
 #define DDPC_DDP_CONFIG_INIT {(size_t)1 << 20, (size_t)25 << 20, 0, DDPC_F32, 1, NULL}

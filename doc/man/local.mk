@@ -1,1 +1,39 @@
 # doc/man: the man pages (hand-written nroff, committed), installed under share/man, and their lint test.
+# Link pages (.so man3/<page>.3) let `man ddpc_allreduce` find the page that covers the call.
+dist_man_MANS = \
+	doc/man/trainer.1 \
+	doc/man/ddpc-info.1 \
+	doc/man/ddpc-ckpt.1 \
+	doc/man/ddpc.7 \
+	doc/man/ddpc_init.3 \
+	doc/man/ddpc_comm.3 \
+	doc/man/ddpc_ddp.3 \
+	doc/man/ddpc_optim.3 \
+	doc/man/ddpc_ckpt.3 \
+	doc/man/ddpc_sampler.3
+dist_man_MANS += \
+	doc/man/ddpc_abort.3 \
+	doc/man/ddpc_allreduce.3 \
+	doc/man/ddpc_broadcast.3 \
+	doc/man/ddpc_build_info.3 \
+	doc/man/ddpc_ckpt_load.3 \
+	doc/man/ddpc_ckpt_save.3 \
+	doc/man/ddpc_comm_create.3 \
+	doc/man/ddpc_comm_world.3 \
+	doc/man/ddpc_ddp_create.3 \
+	doc/man/ddpc_ddp_last_error.3 \
+	doc/man/ddpc_ddp_wait.3 \
+	doc/man/ddpc_device_select.3 \
+	doc/man/ddpc_finalize.3 \
+	doc/man/ddpc_gpu_rule.3 \
+	doc/man/ddpc_idx_open.3 \
+	doc/man/ddpc_kvs_allgather.3 \
+	doc/man/ddpc_last_error.3 \
+	doc/man/ddpc_loader_create.3 \
+	doc/man/ddpc_optim_create.3 \
+	doc/man/ddpc_optim_step.3 \
+	doc/man/ddpc_runtime_info.3 \
+	doc/man/ddpc_sampler_create.3 \
+	doc/man/ddpc_strerror.3
+TESTS += tests/manpages.sh
+dist_check_SCRIPTS += tests/manpages.sh
