@@ -1,7 +1,8 @@
 #!/bin/sh
 # install.sh: `make install` into a staging root gives the headers, the
 # library, ddpc-info and ddpc.pc; a program built only with what
-# `pkg-config --cflags --libs ddpc` says links and runs under mpiexec.
+# `pkg-config --cflags --libs ddpc` says links and runs under mpiexec; `make
+# uninstall` with the same DESTDIR leaves no file behind.
 . "$(dirname "$0")/lib.sh"
 ROOT="$TMP/root"
 make -s -C "$top_builddir" install DESTDIR="$ROOT" >"$TMP/install.log" 2>&1 \
@@ -37,3 +38,11 @@ $MPICC -o "$TMP/hello" "$TMP/hello.c" $(pkg-config --cflags --libs ddpc) \
 LD_LIBRARY_PATH="$(dirname "$pc")/.." mpirun_t 2 "$TMP/hello" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "running it"; }
 grep -q "hello from ddpc $(cat "$top_srcdir/VERSION"): 2 ranks" "$TMP/out" || { cat "$TMP/out"; fail "output"; }
 echo "ok: installed tree builds and runs a program"
+
+# make uninstall with the same DESTDIR removes every file make install put
+# there (directories may stay, as automake leaves them)
+make -s -C "$top_builddir" uninstall DESTDIR="$ROOT" >"$TMP/uninstall.log" 2>&1 \
+    || { tail -20 "$TMP/uninstall.log"; fail "make uninstall"; }
+left=$(find "$ROOT" ! -type d | sed "s|^$ROOT||")
+[ -z "$left" ] || fail "make uninstall DESTDIR=X left files under X: $left"
+echo "ok: make uninstall leaves no files in the DESTDIR root"
