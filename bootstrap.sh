@@ -9,7 +9,7 @@ mode=${1:-all}
 PKGS="build-essential autoconf automake libtool pkg-config mpich libmpich-dev
  libhdf5-dev hdf5-tools libpmix-dev check zlib1g-dev libblis-dev libopenblas-dev
  slurm-wlm munge iproute2 dataset-fashion-mnist python3 python3-h5py python3-numpy
- lmod groff-base man-db"
+ lmod groff-base man-db tcl"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
@@ -21,6 +21,20 @@ if [ -n "$missing" ]; then
     apt-get update -q
     # shellcheck disable=SC2086
     apt-get install -y -q --no-install-recommends $missing
+fi
+# Environment Modules conflicts with Lmod as a Debian package: its pure-Tcl
+# modulecmd is unpacked (not installed) where tests/modulefile.sh finds it,
+# to load the Tcl modulefile with the real thing.
+EMDIR=/usr/local/lib/ddpc-ci/environment-modules
+if [ ! -f "$EMDIR/usr/lib/x86_64-linux-gnu/modulecmd.tcl" ] && [ "$(id -u)" = 0 ]; then
+    emtmp=$(mktemp -d)
+    if (cd "$emtmp" && apt-get download -q environment-modules >/dev/null 2>&1) && mkdir -p "$EMDIR" &&
+        dpkg -x "$emtmp"/environment-modules_*.deb "$EMDIR"; then
+        echo "bootstrap.sh: environment-modules unpacked in $EMDIR (for the tests)"
+    else
+        echo "bootstrap.sh: warning: could not fetch environment-modules; its modulefile test will skip" >&2
+    fi
+    rm -rf "$emtmp"
 fi
 [ "$mode" = --deps-only ] && exit 0
 

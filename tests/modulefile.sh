@@ -174,6 +174,39 @@ for tree in /opt/modulefiles /opt/modulefiles-tcl; do
     echo "ok: $tree: ddpc/$V and ddpc/$V2 side by side, default $hi, each in turn, swap and unload clean"
 done
 
+# ---------------------------------------------------------------- Environment Modules
+# The Tcl twin with Environment Modules' own modulecmd.tcl (bootstrap.sh
+# unpacks it: the Debian package conflicts with Lmod): load, help, whatis,
+# two versions side by side with the default, in a clean sh.
+EM=${DDPC_ENVMODULES:-/usr/local/lib/ddpc-ci/environment-modules}
+modcmd=$EM/usr/lib/x86_64-linux-gnu/modulecmd.tcl
+if [ -f "$modcmd" ] && command -v tclsh >/dev/null; then
+    # em OUT TREE 'MODULE ARGS' ['SHELL AFTER']: run module in sh, then the rest
+    em() {
+        out="$TMP/$1" tree=$2 margs=$3 after=${4:-:}
+        env -i HOME="$TMP" PATH=/usr/bin:/bin MODULEPATH="$tree" sh -c \
+            "eval \"\$(tclsh '$modcmd' sh $margs)\" && $after" >"$out" 2>&1
+    }
+    em em-load "$ROOT$tcldir" "load ddpc/$V" "$envline" || { cat "$TMP/em-load"; fail "Environment Modules: module load ddpc/$V"; }
+    expect_env em-load "$prefix" "$bindir" "$libdir" "$includedir" "$mandir" "Environment Modules: module load ddpc/$V"
+    em em-help "$ROOT$tcldir" "help ddpc/$V" || { cat "$TMP/em-help"; fail "Environment Modules: module help ddpc/$V"; }
+    grep -q "ddpc $V: a C runtime" "$TMP/em-help" || { cat "$TMP/em-help"; fail "Environment Modules: module help ddpc/$V: not the help text"; }
+    em em-whatis "$ROOT$tcldir" "whatis ddpc/$V" || { cat "$TMP/em-whatis"; fail "Environment Modules: module whatis ddpc/$V"; }
+    grep -q "Version: $V" "$TMP/em-whatis" || { cat "$TMP/em-whatis"; fail "Environment Modules: module whatis ddpc/$V lacks the version"; }
+    for v in "$V" "$V2"; do
+        em "em-load-$v" "$ROOT2/opt/modulefiles-tcl" "load ddpc/$v" "$envline" \
+            || { cat "$TMP/em-load-$v"; fail "Environment Modules: module load ddpc/$v (side by side)"; }
+        expect_env "em-load-$v" "/opt/ddpc/$v" "/opt/ddpc/$v/bin" "/opt/ddpc/$v/lib" "/opt/ddpc/$v/include" \
+            "/opt/ddpc/$v/share/man" "Environment Modules: module load ddpc/$v"
+    done
+    em em-default "$ROOT2/opt/modulefiles-tcl" "load ddpc" "$envline" || { cat "$TMP/em-default"; fail "Environment Modules: module load ddpc"; }
+    expect_env em-default "/opt/ddpc/$hi" "/opt/ddpc/$hi/bin" "/opt/ddpc/$hi/lib" "/opt/ddpc/$hi/include" \
+        "/opt/ddpc/$hi/share/man" "Environment Modules: module load ddpc (the default, $hi)"
+    echo "ok: Environment Modules ($modcmd): load, help, whatis, ddpc/$V and ddpc/$V2 side by side, default $hi"
+else
+    skipped="$skipped no Environment Modules modulecmd.tcl in $EM (bootstrap.sh unpacks it);"
+fi
+
 # ---------------------------------------------------------------- make install prefix=P2
 P2="$TMP/p2"
 minst install-p2.log install prefix="$P2"
