@@ -121,8 +121,10 @@ DDPC_API const char *ddpc_init_error(void);
 DDPC_API ddpc_status_t ddpc_finalize(ddpc_t rt);
 
 /* Not collective: ends every rank of the job now (MPI_Abort / PMIx_Abort),
- * printing msg first. For programs, after a failure they cannot recover from
- * (a timed-out collective). Does not return. */
+ * printing msg first and pausing 0.2 s so that the launcher forwards it
+ * before the job is torn down. For programs, after a failure they cannot
+ * recover from (a timed-out collective); a failure every rank saw alike is
+ * better ended with ddpc_finalize and an exit status. Does not return. */
 DDPC_API void ddpc_abort(ddpc_t rt, int code, const char *msg);
 
 DDPC_API const ddpc_world_t *ddpc_world(ddpc_t rt);

@@ -170,7 +170,15 @@ int main(int argc, char **argv)
             printf("resumed step=%llu state=%016llx path=%s saved_by=%d\n",
                    (unsigned long long)meta.step, (unsigned long long)h, path, meta.world_size);
     } else {
-        die("ddpc_ckpt_load", ddpc_ckpt_last_error(ck));
+        /* every rank got the same verdict from the load: end normally, so
+         * that the launcher forwards every rank's message (an abort races
+         * with mpiexec's forwarding of stderr: the message could be lost) */
+        fprintf(stderr, "mpi_ckpt_train: ddpc_ckpt_load: %s\n", ddpc_ckpt_last_error(ck));
+        ddpc_ckpt_destroy(ck);
+        ddpc_optim_destroy(opt);
+        ddpc_ddp_destroy(ddp);
+        ddpc_finalize(rt);
+        return 1;
     }
     fflush(stdout);
 

@@ -293,6 +293,11 @@ void ddpc_abort(ddpc_t rt, int code, const char *msg)
     if (msg && *msg)
         fprintf(stderr, "%s %s\n", rt ? rt->prefix : "ddpc[rank ?]", msg);
     fflush(NULL);
+    /* the launcher forwards this rank's output through a pipe while the
+     * abort tears the job down: give it a moment, or the message that says
+     * why can be lost (seen with MPICH's hydra: no output, exit 1) */
+    struct timespec pause = {0, 200 * 1000 * 1000};
+    nanosleep(&pause, NULL);
     int inited = 0, fin = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&fin);
