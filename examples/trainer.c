@@ -168,8 +168,17 @@ static int agree(trainer_t *t, int rc)
  * in a collective): end the job with the message. */
 static void fatal(trainer_t *t, const char *what, const char *msg)
 {
+    /* ddpc_abort prints the rank prefix once (it drops the one msg carries);
+     * say `what` only when the library's message does not start with it */
+    const char *body = msg;
+    if (!strncmp(body, "ddpc[rank ", 10) && strstr(body, "] "))
+        body = strstr(body, "] ") + 2;
+    size_t n = strlen(what);
     char buf[1200];
-    snprintf(buf, sizeof buf, "trainer[rank %d/%d]: %s: %s", t->rank, t->size, what, msg);
+    if (!strncmp(body, what, n) && body[n] == ':')
+        snprintf(buf, sizeof buf, "trainer: %s", body);
+    else
+        snprintf(buf, sizeof buf, "trainer: %s: %s", what, body);
     ddpc_abort(t->rt, TRAINER_EXIT_ERROR, buf);
 }
 

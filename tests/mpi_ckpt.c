@@ -472,6 +472,14 @@ START_TEST(write_errors_reach_every_rank)
         ck_assert_int_eq(st, DDPC_ERR_IO);
         const char *e = ddpc_ckpt_last_error(m.ck);
         ck_assert_msg(strstr(e, "a-file/ckpt") && strstr(e, "Not a directory"), "%s", e);
+        /* one message, one prefix: rank 0's cause is chained without its own */
+        int prefixes = 0;
+        for (const char *q = e; (q = strstr(q, "ddpc[rank ")) != NULL; q++)
+            prefixes++;
+        ck_assert_msg(prefixes == 1 && strncmp(e, "ddpc[rank ", 10) == 0,
+                      "%d rank prefixes in: %s", prefixes, e);
+        if (T_rank != 0)
+            ck_assert_msg(strstr(e, "failed on rank 0: ckpt: "), "%s", e);
         ck_assert(!memcmp(before, p, n * sizeof *p)); /* the training state is untouched */
         ck_assert_uint_eq(ddpc_optim_steps(m.opt), steps);
         CK_OK(&m, ddpc_ckpt_wait(m.ck)); /* reported once */

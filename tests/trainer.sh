@@ -105,3 +105,27 @@ expect_fail_msg 'does not match: /model/fc1.weight is float32\[32, 784\] here bu
     mpirun_t 2 "$TRAINER" $COMMON --hidden 32 --max-steps 300 --ckpt-dir "$CK"
 grep -q 'use the same --model/--hidden/--optimizer, another --ckpt-dir, or --resume never' "$TMP/out" \
     || fail "no advice with the model mismatch"
+
+# --- a frozen rank (SIGSTOP): the other rank's timeout ends the job with one
+# message that names the bucket and the operation, and one rank prefix
+DDPC_TIMEOUT=3 mpirun_t 2 "$TRAINER" $COMMON --epochs 50 --ckpt-dir none --seed 4711 >"$TMP/frozen" 2>&1 &
+job=$!
+i=0
+until grep -q '^epoch 1/50 step' "$TMP/frozen"; do
+    i=$((i + 1)); [ $i -lt 300 ] || { cat "$TMP/frozen"; fail "frozen-rank run never started"; }
+    sleep 0.1
+done
+victim=$(pgrep -n -f "trainer .*seed 4711") # the newest process of the run: a rank
+[ -n "$victim" ] || { cat "$TMP/frozen"; fail "no rank process found to freeze"; }
+kill -STOP "$victim"
+t0=$(date +%s)
+wait $job && { cat "$TMP/frozen"; fail "the run with a frozen rank exited 0"; }
+dt=$(($(date +%s) - t0))
+kill -CONT "$victim" 2>/dev/null; kill -9 "$victim" 2>/dev/null
+# the survivor waits in a bucket's all-reduce, or (under load) in the step's
+# unready-parameter check or the stop vote after it: each names its place
+line=$(grep -E 'trainer: (ddp: bucket [0-9]+ of [0-9]+ \(parameters [0-9]+\.\.[0-9]+, [0-9]+ floats\)|ddp: unready-parameter check|stop vote|log): comm: allreduce #[0-9]+ \([0-9]+ x (float32|int64|int32|float64), root 0\) did not complete within 3s' "$TMP/frozen" | head -n1)
+[ -n "$line" ] || { cat "$TMP/frozen"; fail "no timeout message naming where the all-reduce was"; }
+[ "$(printf '%s\n' "$line" | grep -o 'ddpc\[rank ' | wc -l)" -eq 1 ] || fail "more than one rank prefix in: $line"
+[ "$dt" -lt 30 ] || fail "the job took ${dt}s to end after the rank froze (timeout 3s)"
+echo "ok: a frozen rank: ended in ${dt}s with: $line"

@@ -49,6 +49,24 @@ double ddpc_now(void)
 
 /* ------------------------------------------------------------------ messages */
 
+/* Drop every "ddpc[rank ...] " after the start of s: a message that chains
+ * its causes ("ddp: bucket 0 ...: comm: allreduce #625 ...") keeps each
+ * cause's module and text and one prefix, its own. A cause from another
+ * rank says so in its text ("failed on rank 0: ckpt: ..."). */
+static void drop_inner_prefixes(char *s)
+{
+    static const char tag[] = "ddpc[rank ";
+    char *p = *s ? s + 1 : s;
+    while ((p = strstr(p, tag)) != NULL) {
+        char *q = strchr(p, ']');
+        if (!q || q[1] != ' ') {
+            p += sizeof tag - 1;
+            continue;
+        }
+        memmove(p, q + 2, strlen(q + 2) + 1);
+    }
+}
+
 void ddpc_format_msg(char *dst, size_t n, const char *prefix, const char *module,
                      const char *fmt, va_list ap)
 {
@@ -56,6 +74,7 @@ void ddpc_format_msg(char *dst, size_t n, const char *prefix, const char *module
     if (k < 0 || (size_t)k >= n)
         return;
     vsnprintf(dst + k, n - (size_t)k, fmt, ap);
+    drop_inner_prefixes(dst);
 }
 
 ddpc_status_t ddpc_set_error(char *dst, size_t n, const char *prefix, const char *module,
@@ -290,8 +309,12 @@ ddpc_status_t ddpc_finalize(ddpc_t rt)
 
 void ddpc_abort(ddpc_t rt, int code, const char *msg)
 {
-    if (msg && *msg)
-        fprintf(stderr, "%s %s\n", rt ? rt->prefix : "ddpc[rank ?]", msg);
+    if (msg && *msg) {
+        char line[2 * DDPC_ERRMSG_LEN];
+        snprintf(line, sizeof line, "%s %s", rt ? rt->prefix : "ddpc[rank ?]", msg);
+        drop_inner_prefixes(line); /* msg often chains a library message */
+        fprintf(stderr, "%s\n", line);
+    }
     fflush(NULL);
     /* the launcher forwards this rank's output through a pipe while the
      * abort tears the job down: give it a moment, or the message that says
