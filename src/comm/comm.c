@@ -6,6 +6,7 @@
 #include "config.h"
 #include "comm_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,64 @@ void comm_divide(void *buf, size_t count, ddpc_dtype_t dt, int size)
     default: break;
     }
 }
+
+void comm_deadline(struct timespec *ts, double s)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    double whole = floor(s);
+    ts->tv_sec += (time_t)whole;
+    ts->tv_nsec += (long)((s - whole) * 1e9);
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+#ifdef DDPC_HAVE_CUDA
+void comm_events_put(comm_events_t *p, void *ev)
+{
+    if (!ev)
+        return;
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 16;
+        void **q = realloc(p->ev, (size_t)cap * sizeof *q);
+        if (!q) {
+            cudaEventDestroy((cudaEvent_t)ev);
+            return;
+        }
+        p->ev = q;
+        p->cap = cap;
+    }
+    p->ev[p->n++] = ev;
+}
+
+void *comm_events_get(comm_events_t *p)
+{
+    if (p->n > 0)
+        return p->ev[--p->n];
+    cudaEvent_t e; /* the pool ran dry: more in flight than ever before */
+    return cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess ? e : NULL;
+}
+
+int comm_events_fill(comm_events_t *p, int n)
+{
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; e == cudaSuccess && i < n; i++) {
+        cudaEvent_t ev;
+        if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
+            comm_events_put(p, ev);
+    }
+    return (int)e;
+}
+
+void comm_events_free(comm_events_t *p)
+{
+    for (int i = 0; i < p->n; i++)
+        cudaEventDestroy((cudaEvent_t)p->ev[i]);
+    free(p->ev);
+    *p = (comm_events_t){0};
+}
+#endif
 
 /* ------------------------------------------------------------------ devices */
 

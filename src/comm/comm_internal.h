@@ -8,6 +8,7 @@
 #include "internal.h"
 
 #include <pthread.h>
+#include <time.h>
 
 typedef enum { OP_ALLREDUCE, OP_BCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER } op_kind_t;
 extern const char *const comm_op_names[];
@@ -78,5 +79,25 @@ ddpc_status_t comm_nccl_create(struct ddpc_comm *c);
 
 /* f32/f64/int AVG after a SUM on the host: buf[0..count) /= size. */
 void comm_divide(void *buf, size_t count, ddpc_dtype_t dt, int size);
+
+/* *ts = CLOCK_REALTIME now + s seconds, for pthread_cond_timedwait. */
+void comm_deadline(struct timespec *ts, double s);
+
+/* A pool of CUDA events (cudaEvent_t as void *, timing disabled), so that a
+ * collective takes one made with its communicator instead of creating one
+ * inside a step. Not locked: the backends hold their communicator's mutex.
+ * comm_events_fill makes n; get returns NULL only when the pool is empty
+ * and cudaEventCreate fails; put keeps an event (or destroys it when the
+ * pool cannot grow). Only --with-cuda. */
+typedef struct {
+    void **ev;
+    int n, cap;
+} comm_events_t;
+#ifdef DDPC_HAVE_CUDA
+int comm_events_fill(comm_events_t *p, int n); /* cudaError_t */
+void *comm_events_get(comm_events_t *p);
+void comm_events_put(comm_events_t *p, void *ev);
+void comm_events_free(comm_events_t *p);
+#endif
 
 #endif

@@ -37,8 +37,7 @@ typedef struct {
 #ifdef DDPC_HAVE_CUDA
     void *stage;        /* pinned host buffer of STAGE_BYTES */
     cudaStream_t stream; /* the staging copies */
-    cudaEvent_t *events; /* free events (under the communicator's mutex) */
-    int nevents, evcap;
+    comm_events_t events; /* free events (under the communicator's mutex) */
 #endif
 } mpi_impl_t;
 
@@ -309,14 +308,10 @@ static ddpc_status_t mpi_submit(struct ddpc_comm *c, struct ddpc_work *w)
         /* the progress thread's copies start after what the caller's
          * stream holds now: its kernels that write the buffer. Events come
          * from a pool (made with the communicator), so a step makes none. */
-        cudaEvent_t ev = NULL;
-        cudaError_t e = cudaSuccess;
-        if (m->nevents > 0)
-            ev = m->events[--m->nevents];
-        else
-            e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        cudaEvent_t ev = comm_events_get(&m->events);
+        cudaError_t e = ev ? cudaSuccess : cudaErrorMemoryAllocation;
         if (e == cudaSuccess && (e = cudaEventRecord(ev, (cudaStream_t)c->stream)) != cudaSuccess)
-            cudaEventDestroy(ev);
+            comm_events_put(&m->events, ev);
         if (e != cudaSuccess)
             return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "%s: cannot record the stream's event: %s",
                             comm_op_names[w->kind], cudaGetErrorString(e));
@@ -332,31 +327,13 @@ static ddpc_status_t mpi_submit(struct ddpc_comm *c, struct ddpc_work *w)
     return DDPC_OK;
 }
 
-#ifdef DDPC_HAVE_CUDA
-/* With c->mu held: an event back to the pool. */
-static void event_put(mpi_impl_t *m, cudaEvent_t ev)
-{
-    if (m->nevents == m->evcap) {
-        int cap = m->evcap ? 2 * m->evcap : 16;
-        cudaEvent_t *p = realloc(m->events, (size_t)cap * sizeof *p);
-        if (!p) {
-            cudaEventDestroy(ev);
-            return;
-        }
-        m->events = p;
-        m->evcap = cap;
-    }
-    m->events[m->nevents++] = ev;
-}
-#endif
-
 static void free_work(struct ddpc_work *w)
 {
 #ifdef DDPC_HAVE_CUDA
     if (w->ev_ready) {
         struct ddpc_comm *c = w->comm;
         pthread_mutex_lock(&c->mu);
-        event_put(c->impl, (cudaEvent_t)w->ev_ready);
+        comm_events_put(&((mpi_impl_t *)c->impl)->events, w->ev_ready);
         pthread_mutex_unlock(&c->mu);
     }
 #endif
@@ -373,24 +350,12 @@ static ddpc_status_t mpi_test(struct ddpc_work *w, int *done)
     return st;
 }
 
-static void deadline_in(struct timespec *dl, double timeout_s)
-{
-    clock_gettime(CLOCK_REALTIME, dl);
-    double whole = floor(timeout_s);
-    dl->tv_sec += (time_t)whole;
-    dl->tv_nsec += (long)((timeout_s - whole) * 1e9);
-    if (dl->tv_nsec >= 1000000000L) {
-        dl->tv_sec++;
-        dl->tv_nsec -= 1000000000L;
-    }
-}
-
 static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
 {
     struct ddpc_comm *c = w->comm;
     mpi_impl_t *m = c->impl;
     struct timespec dl;
-    deadline_in(&dl, timeout_s);
+    comm_deadline(&dl, timeout_s);
     int rc = 0;
     pthread_mutex_lock(&c->mu);
     w->waited = 1;
@@ -418,7 +383,7 @@ static ddpc_status_t mpi_synchronize(struct ddpc_comm *c, double timeout_s)
 {
     mpi_impl_t *m = c->impl;
     struct timespec dl;
-    deadline_in(&dl, timeout_s);
+    comm_deadline(&dl, timeout_s);
     int rc = 0;
     pthread_mutex_lock(&c->mu);
     const uint64_t target = c->seq;
@@ -462,9 +427,7 @@ static void mpi_destroy(struct ddpc_comm *c)
         cudaFreeHost(m->stage);
     if (m->stream)
         cudaStreamDestroy(m->stream);
-    for (int i = 0; i < m->nevents; i++)
-        cudaEventDestroy(m->events[i]);
-    free(m->events);
+    comm_events_free(&m->events);
 #endif
     pthread_cond_destroy(&m->has_work);
     pthread_cond_destroy(&m->work_done);
@@ -509,11 +472,8 @@ ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged)
             e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
         if (e == cudaSuccess)
             e = cudaHostAlloc(&m->stage, STAGE_BYTES, cudaHostAllocDefault);
-        for (int i = 0; e == cudaSuccess && i < 16; i++) {
-            cudaEvent_t ev;
-            if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
-                event_put(m, ev);
-        }
+        if (e == cudaSuccess)
+            e = (cudaError_t)comm_events_fill(&m->events, 16);
         if (e != cudaSuccess)
             return ddpc_err(rt, DDPC_ERR_CUDA, MOD,
                             "backend mpi-staged on GPU %d: cannot create its stream and %zu MiB "

@@ -33,8 +33,7 @@ typedef struct nccl_impl {
     cudaStream_t stream;
     int *scratch;                /* (1,) int32 on the device: barrier */
     struct ddpc_work *head, *tail; /* in flight, in issue order */
-    cudaEvent_t *pool;           /* free events */
-    int npool, cap;
+    comm_events_t events;        /* free events */
     pthread_t watchdog;
     pthread_cond_t wake;         /* the watchdog's sleep, and synchronize's */
     int stop, started, aborted;
@@ -140,43 +139,14 @@ static ncclResult_t settle(ncclComm_t nc, ncclResult_t r, double deadline)
     return r;
 }
 
-/* ------------------------------------------------------------------ events */
-
-static cudaEvent_t event_get(nccl_impl_t *n)
-{
-    if (n->npool > 0)
-        return n->pool[--n->npool];
-    cudaEvent_t e = NULL; /* the pool ran dry: more in flight than ever before */
-    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess)
-        return NULL;
-    return e;
-}
-
-static void event_put(nccl_impl_t *n, void *e)
-{
-    if (!e)
-        return;
-    if (n->npool == n->cap) {
-        int cap = n->cap ? 2 * n->cap : 64;
-        cudaEvent_t *p = realloc(n->pool, (size_t)cap * sizeof *p);
-        if (!p) {
-            cudaEventDestroy((cudaEvent_t)e);
-            return;
-        }
-        n->pool = p;
-        n->cap = cap;
-    }
-    n->pool[n->npool++] = (cudaEvent_t)e;
-}
-
 /* With c->mu held: drop one reference; the last frees the work. */
 static void unref(struct ddpc_comm *c, struct ddpc_work *w)
 {
     if (--w->refs > 0)
         return;
     nccl_impl_t *n = c->impl;
-    event_put(n, w->ev_ready);
-    event_put(n, w->ev_done);
+    comm_events_put(&n->events, w->ev_ready);
+    comm_events_put(&n->events, w->ev_done);
     free(w);
 }
 
@@ -208,7 +178,7 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
     if (c->failed || !n->nc)
         return ddpc_err(c->rt, c->failed ? c->failed : DDPC_ERR_STATE, MOD, "%s: %s", what,
                         c->failed ? c->fail_msg : "the NCCL communicator is gone");
-    cudaEvent_t ready = event_get(n), done = event_get(n);
+    cudaEvent_t ready = comm_events_get(&n->events), done = comm_events_get(&n->events);
     w->ev_ready = ready;
     w->ev_done = done;
     cudaError_t e = ready && done ? cudaSuccess : cudaErrorMemoryAllocation;
@@ -217,8 +187,8 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
     if (e == cudaSuccess)
         e = cudaStreamWaitEvent(n->stream, ready, 0);
     if (e != cudaSuccess) {
-        event_put(n, ready);
-        event_put(n, done);
+        comm_events_put(&n->events, ready);
+        comm_events_put(&n->events, done);
         return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "%s: ordering after the caller's stream: %s",
                         what, cudaGetErrorString(e));
     }
@@ -228,8 +198,8 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
         snprintf(msg, sizeof msg, "%s: NCCL %s: %s (%s); NCCL communicator aborted", what,
                  r == ncclInProgress ? "did not accept it in time" : "failed",
                  ncclGetErrorString(r), ncclGetLastError(n->nc));
-        event_put(n, ready);
-        event_put(n, done);
+        comm_events_put(&n->events, ready);
+        comm_events_put(&n->events, done);
         if (!c->failed)
             c->fail_seq = w->seq;
         fail_locked(c, r == ncclInProgress ? DDPC_ERR_TIMEOUT : DDPC_ERR_NCCL, msg);
@@ -238,8 +208,8 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
     if ((e = cudaEventRecord(done, n->stream)) != cudaSuccess) {
         char msg[DDPC_ERRMSG_LEN];
         snprintf(msg, sizeof msg, "%s: recording its end event: %s", what, cudaGetErrorString(e));
-        event_put(n, ready);
-        event_put(n, done);
+        comm_events_put(&n->events, ready);
+        comm_events_put(&n->events, done);
         if (!c->failed)
             c->fail_seq = w->seq;
         fail_locked(c, DDPC_ERR_CUDA, msg);
@@ -307,14 +277,6 @@ static int poll_locked(struct ddpc_comm *c, ddpc_status_t *st, char *msg, size_t
     return n->head == NULL;
 }
 
-static void timespec_in(struct timespec *ts, double s)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    long ns = ts->tv_nsec + (long)(s * 1e9);
-    ts->tv_sec += ns / 1000000000L;
-    ts->tv_nsec = ns % 1000000000L;
-}
-
 static void *watchdog_main(void *arg)
 {
     struct ddpc_comm *c = arg;
@@ -334,7 +296,7 @@ static void *watchdog_main(void *arg)
         }
         pthread_cond_broadcast(&n->wake); /* synchronize() re-checks */
         struct timespec ts;
-        timespec_in(&ts, WATCH_PERIOD_S);
+        comm_deadline(&ts, WATCH_PERIOD_S);
         pthread_cond_timedwait(&n->wake, &c->mu, &ts);
     }
     pthread_mutex_unlock(&c->mu);
@@ -404,7 +366,7 @@ static ddpc_status_t nccl_synchronize(struct ddpc_comm *c, double timeout_s)
                             "synchronize: %s still running after %gs", what, timeout_s);
         }
         struct timespec ts;
-        timespec_in(&ts, 0.0002); /* finer than the watchdog: the caller waits */
+        comm_deadline(&ts, 0.0002); /* finer than the watchdog: the caller waits */
         pthread_cond_timedwait(&n->wake, &c->mu, &ts);
     }
     pthread_mutex_unlock(&c->mu);
@@ -456,9 +418,7 @@ static void nccl_destroy(struct ddpc_comm *c)
         cudaFree(n->scratch);
     if (n->stream)
         cudaStreamDestroy(n->stream);
-    for (int i = 0; i < n->npool; i++)
-        cudaEventDestroy(n->pool[i]);
-    free(n->pool);
+    comm_events_free(&n->events);
     pthread_cond_destroy(&n->wake);
     free(n);
     c->impl = NULL;
@@ -473,7 +433,7 @@ static const comm_ops_t nccl_ops = {nccl_submit, nccl_test, nccl_wait,
 typedef struct {
     int32_t ok;           /* this rank has its GPU */
     int32_t device;
-    char why[256];        /* if not */
+    char why[288];        /* if not (with its rank prefix, dropped when chained) */
     char bus[32];         /* PCI bus id of its GPU */
     char host[64];
     ncclUniqueId id;      /* rank 0's */
@@ -494,9 +454,8 @@ ddpc_status_t comm_nccl_create(struct ddpc_comm *c)
     me.ok = 1;
     if (c->device == DDPC_DEVICE_AUTO) {
         if (ddpc_device_select(rt, &c->device) != DDPC_OK) {
-            const char *m = ddpc_last_error(rt), *body = strstr(m, "] ");
-            me.ok = 0;
-            snprintf(me.why, sizeof me.why, "%s", body ? body + 2 : m); /* without the prefix */
+            me.ok = 0; /* its prefix goes when the verdict chains it (ddpc_err) */
+            snprintf(me.why, sizeof me.why, "%s", ddpc_last_error(rt));
         }
     } else {
         cudaError_t e = cudaSetDevice(c->device);
@@ -572,11 +531,8 @@ ddpc_status_t comm_nccl_create(struct ddpc_comm *c)
     cudaError_t e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&n->scratch, sizeof(int));
-    for (int i = 0; e == cudaSuccess && i < 64; i++) {
-        cudaEvent_t ev;
-        if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
-            event_put(n, ev);
-    }
+    if (e == cudaSuccess)
+        e = (cudaError_t)comm_events_fill(&n->events, 64);
     if (e != cudaSuccess)
         return ddpc_err(rt, DDPC_ERR_CUDA, MOD, "backend nccl on GPU %d: stream, scratch and "
                         "events: %s", c->device, cudaGetErrorString(e));

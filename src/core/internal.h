@@ -19,7 +19,6 @@ struct ddpc {
     int own_mpi;                  /* ddpc called MPI_Init */
     int mpi_thread_level;
     int pmix_active;              /* PMIx_Init succeeded and owns discovery */
-    int mpi_unwired;              /* MPI is a singleton in a larger PMIx job (nccl only) */
     unsigned kvs_round;           /* fresh PMIx key per exchange */
     MPI_Comm mpi_world;           /* dup of MPI_COMM_WORLD for runtime traffic */
     struct ddpc_comm *world_comm; /* ddpc_comm_world */

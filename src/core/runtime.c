@@ -263,7 +263,6 @@ ddpc_status_t ddpc_init(const ddpc_config_t *cfg, int *argc, char ***argv, ddpc_
          * no MPI (its id goes through PMIx), so that launch is fine there. */
         if (rt->cfg.backend == DDPC_BACKEND_NCCL && rt->world.source == DDPC_SOURCE_PMIX &&
             rt->world.mpi_size == 1 && rt->world.size > 1) {
-            rt->mpi_unwired = 1;
             if ((st = ddpc_discover_without_mpi(rt)) != DDPC_OK)
                 return init_fail(rt, st);
             rt->err[0] = 0;
