@@ -135,16 +135,7 @@ static void remove_dir(const char *dir)
     OK(ddpc_barrier(world));
     if (rank != 0)
         return;
-    DIR *d = opendir(dir);
-    char p[600];
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-    if (d)
-        closedir(d);
-    rmdir(dir);
+    remove_flat_dir(dir);
 }
 
 /* Save, zero the device arenas and the step count, load: all as saved. */

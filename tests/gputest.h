@@ -8,6 +8,7 @@
 #define DDPC_GPUTEST_H
 
 #include "ddpc.h"
+#include "testutil.h"
 
 #include <cuda_runtime.h>
 #include <inttypes.h>
@@ -82,16 +83,6 @@ __attribute__((format(printf, 3, 4))) static inline void fail_at(const char *fil
         if (a_ != b_)                                                                          \
             FAILF("%s == %s: %lld != %lld", #a, #b, a_, b_);                                   \
     } while (0)
-
-/* FNV-1a of n bytes. */
-static inline uint64_t fnv1a(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
 
 /* The same bytes on every rank: one hash each, allgathered on the host. */
 static inline void expect_same_on_all_ranks(const char *file, int line, const char *what,

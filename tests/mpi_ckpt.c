@@ -31,16 +31,7 @@ static void remove_dir(const char *dir)
     T_OK(ddpc_barrier(T_comm));
     if (T_rank != 0)
         return;
-    DIR *d = opendir(dir);
-    char p[600];
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-    if (d)
-        closedir(d);
-    rmdir(dir);
+    remove_flat_dir(dir);
 }
 
 static int count_files(const char *dir, const char *must_contain)

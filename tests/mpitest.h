@@ -6,6 +6,7 @@
 #define DDPC_MPITEST_H
 
 #include "ddpc.h"
+#include "testutil.h"
 
 #include <check.h>
 #include <stdint.h>
@@ -23,16 +24,6 @@ static int T_rank, T_size;
         ck_assert_msg(st_ == DDPC_OK, "rank %d: %s -> %s: %s", T_rank, #call,                  \
                       ddpc_strerror(st_), ddpc_last_error(T_rt));                              \
     } while (0)
-
-/* FNV-1a of n bytes: compares buffers across ranks with one allgather. */
-static inline uint64_t fnv1a(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
 
 /* main() for a multi-rank Check program: suite_fn builds the suite. */
 #define MPI_TEST_MAIN(suite_fn)                                                                \
