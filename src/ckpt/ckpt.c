@@ -118,12 +118,6 @@ static ddpc_status_t shadow_copy(ddpc_ckpt_t ck, int to_host)
 ddpc_status_t ck_shadow_pull(ddpc_ckpt_t ck) { return shadow_copy(ck, 1); }
 ddpc_status_t ck_shadow_push(ddpc_ckpt_t ck) { return shadow_copy(ck, 0); }
 
-ddpc_status_t ck_bcast(ddpc_ckpt_t ck, void *buf, size_t bytes)
-{
-    if (ck->device == DDPC_DEVICE_HOST)
-        return ddpc_broadcast(ck->comm, buf, bytes, DDPC_U8, 0);
-    return ddpc_kvs_bcast(ck->rt, buf, bytes, 0);
-}
 
 ddpc_status_t ck_bcast_floats(ddpc_ckpt_t ck, float *host, size_t n)
 {
@@ -479,12 +473,12 @@ static ddpc_status_t start_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
 static ddpc_status_t agree(ddpc_ckpt_t ck, ddpc_status_t st)
 {
     int32_t s = (int32_t)st;
-    ddpc_status_t cst = ck_bcast(ck, &s, sizeof s);
+    ddpc_status_t cst = ddpc_comm_host_bcast(ck->comm, &s, sizeof s, 0);
     if (cst == DDPC_OK && s != DDPC_OK) {
         char msg[DDPC_ERRMSG_LEN];
         if (ck->rank == 0)
             memcpy(msg, ck->err, sizeof msg);
-        cst = ck_bcast(ck, msg, sizeof msg);
+        cst = ddpc_comm_host_bcast(ck->comm, msg, sizeof msg, 0);
         if (cst == DDPC_OK && ck->rank != 0)
             ck_err(ck, (ddpc_status_t)s, "failed on rank 0: %s", msg);
     }

@@ -124,9 +124,7 @@ const char *ck_body(ddpc_ckpt_t ck, const char *msg);
 /* rank 0: join an async save in flight; its status stays in ck->async_st. */
 void ck_join(ddpc_ckpt_t ck);
 
-/* Control messages (host memory) from rank 0 to all: the communicator when
- * it takes host memory, else the runtime's key exchange. */
-ddpc_status_t ck_bcast(ddpc_ckpt_t ck, void *buf, size_t bytes);
+/* Control messages (host memory) go through ddpc_comm_host_bcast. */
 /* Device engines: the arenas to the shadow (after the engine's stream) and
  * back; without a device, no-ops. */
 ddpc_status_t ck_shadow_pull(ddpc_ckpt_t ck);

@@ -374,7 +374,7 @@ static ddpc_status_t share_error(ddpc_ckpt_t ck, ddpc_status_t st)
 {
     char msg[DDPC_ERRMSG_LEN];
     memcpy(msg, ck->err, sizeof msg);
-    ddpc_status_t cst = ck_bcast(ck, msg, sizeof msg);
+    ddpc_status_t cst = ddpc_comm_host_bcast(ck->comm, msg, sizeof msg, 0);
     if (cst == DDPC_OK && ck->rank != 0)
         ck_err(ck, st, "failed on rank 0: %s", msg);
     return cst;
@@ -413,7 +413,7 @@ static ddpc_status_t flush(ddpc_ckpt_t ck, const r0_t *r, window_t *w)
             w->sent = w->ctl;
         }
         if (!st)
-            st = ck_bcast(ck, &w->sent, sizeof w->sent);
+            st = ddpc_comm_host_bcast(ck->comm, &w->sent, sizeof w->sent, 0);
         if (!st && w->sent.status == DDPC_OK && w->n)
             st = ck_bcast_floats(ck, w->data, w->n);
     } else if (ck->rank == 0) {
@@ -499,9 +499,7 @@ static ddpc_status_t agree_items(ddpc_ckpt_t ck, const ck_item_t *items, int n, 
     }
     if (!all)
         return ck_err(ck, DDPC_ERR_NOMEM, "cannot allocate");
-    ddpc_status_t cst = ck->device == DDPC_DEVICE_HOST
-                            ? ddpc_allgather(ck->comm, &h, all, 1, DDPC_I64)
-                            : ddpc_kvs_allgather(ck->rt, &h, all, sizeof h);
+    ddpc_status_t cst = ddpc_comm_host_allgather(ck->comm, &h, all, sizeof h);
     int bad = -1;
     for (int r = 1; cst == DDPC_OK && r < ck->size && bad < 0; r++)
         if (all[r] != all[0])
@@ -567,7 +565,7 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
     for (;;) {
         if (ck->rank == 0)
             next_candidate(ck, &r, items, nitems, np, h);
-        if ((st = ck_bcast(ck, h, sizeof *h)) != DDPC_OK) {
+        if ((st = ddpc_comm_host_bcast(ck->comm, h, sizeof *h, 0)) != DDPC_OK) {
             st = ck_err(ck, st, "load: %s", ddpc_last_error(ck->rt));
             break;
         }

@@ -68,6 +68,14 @@ ddpc_status_t ddpc_discover_check_mpi(ddpc_t rt);
 void ddpc_discover_finalize(ddpc_t rt);
 void ddpc_discover_abort(ddpc_t rt, int code, const char *msg);
 
+/* src/comm: small host-memory messages between the ranks of c, whatever
+ * memory c's collectives take: c itself when it takes host memory, else the
+ * runtime's key exchange (PMIx or MPI), which every launch has. For the
+ * engines' control traffic (model checks, checkpoint statuses and headers). */
+ddpc_status_t ddpc_comm_host_bcast(struct ddpc_comm *c, void *buf, size_t bytes, int root);
+ddpc_status_t ddpc_comm_host_allgather(struct ddpc_comm *c, const void *mine, void *all,
+                                       size_t bytes);
+
 /* src/comm: world communicator lifecycle. */
 ddpc_status_t ddpc_comm_create_world(ddpc_t rt, struct ddpc_comm **out);
 void ddpc_comm_destroy_internal(struct ddpc_comm *c);

@@ -14,6 +14,7 @@
 #endif
 
 const char *ddpc_ddp_last_error(ddpc_ddp_t d) { return d ? d->err : "no engine"; }
+ddpc_comm_t ddpc_ddp_comm(ddpc_ddp_t d) { return d ? d->comm : NULL; }
 int ddpc_ddp_device(ddpc_ddp_t d) { return d ? d->device : DDPC_DEVICE_HOST; }
 void *ddpc_ddp_stream(ddpc_ddp_t d) { return d ? d->stream : NULL; }
 
@@ -56,24 +57,6 @@ void ddp_dev_free(void *p)
         cudaFree(p);
 #endif
 }
-
-/* Control traffic of the engine (the model check) on host buffers: the
- * communicator when it takes host memory, else the runtime's key exchange
- * (PMIx or MPI), which every launch has. */
-static ddpc_status_t ctl_bcast(ddpc_ddp_t d, void *buf, size_t bytes)
-{
-    if (d->device == DDPC_DEVICE_HOST)
-        return ddpc_broadcast(d->comm, buf, bytes, DDPC_U8, 0);
-    return ddpc_kvs_bcast(d->rt, buf, bytes, 0);
-}
-
-static ddpc_status_t ctl_allgather(ddpc_ddp_t d, const void *mine, void *all, size_t bytes)
-{
-    if (d->device == DDPC_DEVICE_HOST)
-        return ddpc_allgather(d->comm, mine, all, bytes, DDPC_U8);
-    return ddpc_kvs_allgather(d->rt, mine, all, bytes);
-}
-ddpc_comm_t ddpc_ddp_comm(ddpc_ddp_t d) { return d ? d->comm : NULL; }
 
 /* DDPC_* overrides of the engine's config. */
 static ddpc_status_t read_env(ddpc_ddp_t d)
@@ -252,7 +235,7 @@ static void shape_str(const ddp_desc_t *d, char *s, size_t n)
 static ddpc_status_t verify_across_ranks(ddpc_ddp_t d)
 {
     int64_t n0 = d->nparams;
-    ddpc_status_t st = ctl_bcast(d, &n0, sizeof n0);
+    ddpc_status_t st = ddpc_comm_host_bcast(d->comm, &n0, sizeof n0, 0);
     if (st)
         return ddp_err(d, st, "model check: %s", ddpc_last_error(d->rt));
     size_t n = (size_t)(n0 < d->nparams ? n0 : d->nparams);
@@ -265,7 +248,7 @@ static ddpc_status_t verify_across_ranks(ddpc_ddp_t d)
     if (d->rank == 0)
         for (int i = 0; i < d->nparams; i++)
             describe(&d->params[i], &ref[i]);
-    st = ctl_bcast(d, ref, (size_t)n0 * sizeof *ref);
+    st = ddpc_comm_host_bcast(d->comm, ref, (size_t)n0 * sizeof *ref, 0);
     if (st) {
         free(ref);
         return ddp_err(d, st, "model check: %s", ddpc_last_error(d->rt));
@@ -285,7 +268,7 @@ static ddpc_status_t verify_across_ranks(ddpc_ddp_t d)
         free(ref);
         return ddp_err(d, DDPC_ERR_NOMEM, "model check: cannot allocate");
     }
-    st = ctl_allgather(d, &mine, firsts, sizeof mine);
+    st = ddpc_comm_host_allgather(d->comm, &mine, firsts, sizeof mine);
     if (st) {
         free(ref);
         free(firsts);
