@@ -7,6 +7,15 @@ examples_libtrainer_la_SOURCES = \
 	examples/device.h examples/device.c
 examples_libtrainer_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 examples_libtrainer_la_LIBADD = $(BLAS_LIBS) -lm
+trainer_cuda_cppflags =
+EXTRA_DIST += examples/model_cuda.cu
+if HAVE_CUBLASLT
+# the CUDA model (nvcc through the .cu.lo rule of Makefile.am)
+examples_libtrainer_la_SOURCES += examples/model_cuda.cu
+examples_libtrainer_la_LIBADD += $(CUBLASLT_LIBS) $(CUDA_LIBS)
+trainer_cuda_cppflags += -DTRAINER_HAVE_CUDA_MODEL $(CUDA_CFLAGS)
+endif
+examples_libtrainer_la_CPPFLAGS += $(trainer_cuda_cppflags)
 
 if HAVE_CHECK
 check_PROGRAMS += tests/check_trainer
@@ -21,7 +30,7 @@ endif
 # the trainer: ./trainer at the top of the build tree, installed in bindir
 bin_PROGRAMS += trainer
 trainer_SOURCES = examples/trainer.c
-trainer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/examples $(ZLIB_CFLAGS)
+trainer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/examples $(ZLIB_CFLAGS) $(trainer_cuda_cppflags)
 trainer_LDADD = examples/libtrainer.la libddpc.la $(ZLIB_LIBS) -lm
 
 TESTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh

@@ -69,3 +69,8 @@ void model_init_params(const model_spec_t *s, uint64_t seed, float *params)
         p += out * in + out;
     }
 }
+
+const char *model_precision_name(model_precision_t p)
+{
+    return p == PRECISION_BF16 ? "bf16" : p == PRECISION_FP16 ? "fp16" : "fp32";
+}

@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define MODEL_MAX_HIDDEN 8
 #define MODEL_MAX_LAYERS (MODEL_MAX_HIDDEN + 1)
 
@@ -51,34 +55,78 @@ typedef int (*model_grad_ready_fn)(void *ctx, int param_index);
 
 typedef struct model model_t; /* a device's activations and workspace */
 
-/* What a device implements (model_cpu.c; a CUDA model later). Memory given
- * to a device (arenas, batches) is the device's memory; inputs x are
- * (B, inputs) float32 row-major, labels y are (B,) in [0, classes). */
+/* Arithmetic of the forward and backward GEMMs (--precision). Parameters,
+ * gradients and optimizer state stay float32 in the engine's arenas (master
+ * weights); bf16/fp16 cast the weights and activations for the GEMMs, which
+ * accumulate in float32. fp16 needs the dynamic loss scale. CUDA only. */
+typedef enum { PRECISION_FP32 = 0, PRECISION_BF16, PRECISION_FP16 } model_precision_t;
+const char *model_precision_name(model_precision_t p); /* "fp32", "bf16", "fp16" */
+
+/* Where and how a model runs. */
 typedef struct {
-    const char *name; /* "cpu" */
-    /* Workspace for batches of up to max_batch samples on device `device`
-     * (the GPU index ddpc_gpu_rule chose; -1 for the cpu). params and grads are
-     * the engine's arenas, laid out as model_param_desc says; the model reads
-     * params and accumulates into grads. NULL with a message in err. */
-    model_t *(*create)(const model_spec_t *s, int device, int max_batch, float *params,
-                       float *grads, char *err, size_t errlen);
+    int device;                  /* the GPU ddpc_gpu_rule chose; -1 for the cpu */
+    void *stream;                /* cudaStream_t to compute on: the DDP engine's */
+    model_precision_t precision;
+    const double *loss_scale;    /* device memory: the optimizer's dynamic loss scale,
+                                    which multiplies the loss gradient (fp16); NULL: 1 */
+} model_place_t;
+
+/* Since the last stats call: what the forwards measured. */
+typedef struct {
+    double loss_sum;     /* sum over forwards of their mean loss */
+    double loss_samples; /* sum over samples of their loss */
+    double correct;      /* samples whose argmax is the label */
+    double forwards;     /* forward calls */
+} model_stats_t;
+
+/* What a device implements (model_cpu.c, model_cuda.cu). Host memory goes
+ * in through upload and params_io; everything else stays in the device's
+ * memory, so that a GPU step never waits for the host. */
+typedef struct {
+    const char *name; /* "cpu", "cuda" */
+    /* Workspace for batches of up to max_batch samples. params and grads are
+     * the engine's arenas (the device's memory), laid out as model_param_desc
+     * says; the model reads params and accumulates into grads. NULL with a
+     * message in err. */
+    model_t *(*create)(const model_spec_t *s, const model_place_t *where, int max_batch,
+                       float *params, float *grads, char *err, size_t errlen);
     void (*destroy)(model_t *m);
-    /* Forward B samples; returns the mean loss over them and sets *correct
-     * (may be NULL) to the number whose argmax equals the label. Keeps what
-     * backward needs. */
-    double (*forward)(model_t *m, const float *x, const int *y, int B, int *correct);
+    /* The next batch: x (B, inputs) float32 row-major and labels y (B,) in
+     * [0, classes), host memory, valid until the backward of that batch
+     * returns (the cpu keeps pointing at x; cuda copies on its copy stream,
+     * double-buffered, and returns before the copy is done). 0, or -1. */
+    int (*upload)(model_t *m, const float *x, const uint8_t *y, int B);
+    /* Forward of the last uploaded batch. Its mean loss and hits add to the
+     * stats; keeps what backward needs. 0, or -1. */
+    int (*forward)(model_t *m);
     /* Backward of the last forward for loss * scale (the trainer passes
-     * 1/grad_accum so that accumulated micro-steps average). Gradients are
-     * added to the grads arena (zeroing is the caller's). cb(ctx, p) is called
-     * for every parameter once its gradient is complete, last layer first;
-     * a non-zero return stops and is returned. */
+     * 1/grad_accum so that accumulated micro-steps average; fp16 multiplies
+     * by the loss scale too). Gradients are added to the grads arena (zeroing
+     * is the caller's). cb(ctx, p) is called for every parameter once the
+     * work completing its gradient is issued, last layer first, bias before
+     * weight; a non-zero return stops and is returned. -1: a device error. */
     int (*backward)(model_t *m, double scale, model_grad_ready_fn cb, void *ctx);
+    /* The stats since the last call, then zeroed (waits for the device). 0, or -1. */
+    int (*stats)(model_t *m, model_stats_t *st);
+    /* The whole parameter arena from (to_model = 1) or into host memory
+     * (model_param_count floats). Waits for the device. 0, or -1. */
+    int (*params_io)(model_t *m, float *host, int to_model);
+    /* The message of the last -1 */
+    const char *(*error)(model_t *m);
 } model_ops_t;
 
 extern const model_ops_t model_cpu_ops;
 #ifdef TRAINER_HAVE_CUDA_MODEL
 extern const model_ops_t model_cuda_ops; /* model_cuda.cu, with the GPU work */
 int model_cuda_device_count(void);       /* CUDA devices visible, 0 on error */
+/* Make device current and create the compute stream (non-blocking) that the
+ * DDP engine and the model share; 0, or -1 with the reason in err. */
+int model_cuda_open(int device, void **stream, char *err, size_t errlen);
+void model_cuda_close(void *stream); /* NULL is a no-op */
+#endif
+
+#ifdef __cplusplus
+}
 #endif
 
 #endif /* TRAINER_MODEL_H */

@@ -26,7 +26,11 @@ struct model {
     float *out[MODEL_MAX_LAYERS];           /* (max_batch, out) each */
     float *prob;                            /* (max_batch, classes) */
     float *d0, *d1;                         /* (max_batch, widest) gradient ping-pong */
-    const int *y;
+    const float *x;                         /* the uploaded batch: the caller's x */
+    int *y;                                 /* (max_batch,) its labels as ints */
+    int nb;                                 /* its size */
+    model_stats_t st;                       /* since the last stats call */
+    char err[256];
 };
 
 static void cpu_destroy(model_t *m)
@@ -38,12 +42,18 @@ static void cpu_destroy(model_t *m)
     free(m->prob);
     free(m->d0);
     free(m->d1);
+    free(m->y);
     free(m);
 }
 
-static model_t *cpu_create(const model_spec_t *s, int device, int max_batch, float *params,
-                           float *grads, char *err, size_t errlen)
+static model_t *cpu_create(const model_spec_t *s, const model_place_t *where, int max_batch,
+                           float *params, float *grads, char *err, size_t errlen)
 {
+    if (where && where->precision != PRECISION_FP32) {
+        snprintf(err, errlen, "model: --precision %s: the cpu model computes in fp32 only",
+                 model_precision_name(where->precision));
+        return NULL;
+    }
     if (max_batch < 1 || s->nhidden < 0 || s->nhidden > MODEL_MAX_HIDDEN) {
         snprintf(err, errlen, "model: batch %d or %d hidden layers out of range", max_batch,
                  s->nhidden);
@@ -75,6 +85,7 @@ static model_t *cpu_create(const model_spec_t *s, int device, int max_batch, flo
     ok = ok && (m->prob = malloc((size_t)max_batch * classes * sizeof(float)));
     ok = ok && (m->d0 = malloc((size_t)max_batch * widest * sizeof(float)));
     ok = ok && (m->d1 = malloc((size_t)max_batch * widest * sizeof(float)));
+    ok = ok && (m->y = malloc((size_t)max_batch * sizeof(int)));
     if (!ok) {
         snprintf(err, errlen, "model: out of memory for activations of batch %d", max_batch);
         cpu_destroy(m);
@@ -83,12 +94,36 @@ static model_t *cpu_create(const model_spec_t *s, int device, int max_batch, flo
     return m;
 }
 
-static double cpu_forward(model_t *m, const float *x, const int *y, int B, int *correct)
+static int cpu_upload(model_t *m, const float *x, const uint8_t *y, int B)
 {
-    const int C = m->spec.classes;
+    if (B < 1 || B > m->max_batch) {
+        snprintf(m->err, sizeof m->err, "model: batch of %d samples, expected 1 to %d", B,
+                 m->max_batch);
+        return -1;
+    }
+    for (int i = 0; i < B; i++) {
+        if (y[i] >= m->spec.classes) {
+            snprintf(m->err, sizeof m->err, "model: label %d of sample %d is not in [0, %d)",
+                     y[i], i, m->spec.classes);
+            return -1;
+        }
+        m->y[i] = y[i];
+    }
+    m->x = x;
+    m->nb = B;
+    return 0;
+}
+
+static int cpu_forward(model_t *m)
+{
+    const int C = m->spec.classes, B = m->nb;
+    const int *y = m->y;
+    if (!m->x) {
+        snprintf(m->err, sizeof m->err, "model: forward before any upload");
+        return -1;
+    }
     m->B = B;
-    m->y = y;
-    m->act[0] = x;
+    m->act[0] = m->x;
     for (int l = 0; l < m->nlayers; l++) {
         const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
         float *o = m->out[l];
@@ -121,10 +156,31 @@ static double cpu_forward(model_t *m, const float *x, const int *y, int B, int *
         loss += log(sum) - (double)(z[y[i]] - z[arg]); /* -log softmax(z)[y] */
         hits += arg == y[i];
     }
-    if (correct)
-        *correct = hits;
-    return loss / B;
+    m->st.loss_sum += loss / B;
+    m->st.loss_samples += loss;
+    m->st.correct += hits;
+    m->st.forwards += 1;
+    return 0;
 }
+
+static int cpu_stats(model_t *m, model_stats_t *st)
+{
+    *st = m->st;
+    memset(&m->st, 0, sizeof m->st);
+    return 0;
+}
+
+static int cpu_params_io(model_t *m, float *host, int to_model)
+{
+    size_t n = model_param_count(&m->spec);
+    if (to_model)
+        memcpy(m->W[0], host, n * sizeof(float));
+    else
+        memcpy(host, m->W[0], n * sizeof(float));
+    return 0;
+}
+
+static const char *cpu_error(model_t *m) { return m->err; }
 
 static int cpu_backward(model_t *m, double scale, model_grad_ready_fn cb, void *ctx)
 {
@@ -167,4 +223,6 @@ static int cpu_backward(model_t *m, double scale, model_grad_ready_fn cb, void *
     return 0;
 }
 
-const model_ops_t model_cpu_ops = {"cpu", cpu_create, cpu_destroy, cpu_forward, cpu_backward};
+const model_ops_t model_cpu_ops = {"cpu",         cpu_create,   cpu_destroy,
+                                   cpu_upload,    cpu_forward,  cpu_backward,
+                                   cpu_stats,     cpu_params_io, cpu_error};

@@ -34,6 +34,8 @@ void options_default(options_t *o)
     o->ckpt_keep = 3;
     o->resume = RESUME_AUTO;
     o->device = DEVICE_AUTO;
+    o->precision = PRECISION_FP32;
+    o->grad_dtype = DDPC_F32;
     o->stop_check_every = 1;
 }
 
@@ -49,6 +51,9 @@ const char *options_usage(void)
            "  --hidden W1,W2,...    mlp hidden widths, at most 8 layers (default 256,128)\n"
            "  --device cpu|cuda|auto  where to train (default auto: cuda if usable, else cpu)\n"
            "  --threads N           BLAS threads per rank (default: cores / ranks on the node)\n"
+           "  --precision fp32|bf16|fp16  GEMM arithmetic; float32 master weights either way,\n"
+           "                        fp16 with dynamic loss scaling; bf16/fp16 need cuda\n"
+           "                        (default fp32)\n"
            "training:\n"
            "  --epochs N            passes over the training set (default 3)\n"
            "  --max-steps N         stop after N optimizer steps in all (default 0: no limit)\n"
@@ -59,6 +64,8 @@ const char *options_usage(void)
            "  --momentum M          sgd momentum (default 0.9)\n"
            "  --weight-decay WD     (default 0 sgd, 0.01 adamw)\n"
            "  --clip NORM           clip the global gradient norm (default 0: off)\n"
+           "  --grad-dtype fp32|bf16|fp16  gradients on the wire of the all-reduce\n"
+           "                        (default fp32)\n"
            "  --seed S              initialization and shuffling (default 42)\n"
            "checkpoints:\n"
            "  --ckpt-dir DIR|none   where checkpoints go (default checkpoints)\n"
@@ -154,7 +161,7 @@ static const char *const with_value[] = {
     "--data", "--model", "--hidden", "--epochs", "--max-steps", "--batch-size", "--optimizer",
     "--lr", "--momentum", "--weight-decay", "--grad-accum", "--clip", "--seed", "--ckpt-dir",
     "--ckpt-every", "--ckpt-keep", "--resume", "--metrics", "--device", "--log-every",
-    "--stop-check-every", "--threads", NULL};
+    "--stop-check-every", "--threads", "--precision", "--grad-dtype", NULL};
 static const char *const flags[] = {"--help", "--print-crc-all", "--quiet", NULL};
 
 static int in_list(const char *const *list, const char *s)
@@ -274,6 +281,24 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
             rc = get_i64(name, v, 0, INT64_MAX, &o->log_every, err, n);
         } else if (!strcmp(name, "--stop-check-every")) {
             rc = get_int(name, v, 1, 1000000, &o->stop_check_every, err, n);
+        } else if (!strcmp(name, "--precision")) {
+            if (!strcmp(v, "fp32"))
+                o->precision = PRECISION_FP32;
+            else if (!strcmp(v, "bf16"))
+                o->precision = PRECISION_BF16;
+            else if (!strcmp(v, "fp16"))
+                o->precision = PRECISION_FP16;
+            else
+                return bad(err, n, "--precision \"%s\": expected fp32, bf16 or fp16", v);
+        } else if (!strcmp(name, "--grad-dtype")) {
+            if (!strcmp(v, "fp32"))
+                o->grad_dtype = DDPC_F32;
+            else if (!strcmp(v, "bf16"))
+                o->grad_dtype = DDPC_BF16;
+            else if (!strcmp(v, "fp16"))
+                o->grad_dtype = DDPC_F16;
+            else
+                return bad(err, n, "--grad-dtype \"%s\": expected fp32, bf16 or fp16", v);
         } else if (!strcmp(name, "--threads")) {
             rc = get_int(name, v, 0, 4096, &o->threads, err, n);
         }
@@ -289,6 +314,9 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
         o->model = hidden;
         o->model.kind = MODEL_MLP;
     }
+    if (o->precision != PRECISION_FP32 && o->device == DEVICE_CPU)
+        return bad(err, n, "--precision %s: needs --device cuda or auto (the cpu model computes "
+                   "in fp32)", model_precision_name(o->precision));
     if (o->lr < 0)
         o->lr = o->optimizer == DDPC_OPTIM_ADAMW ? 0.001 : 0.05;
     if (!wd_given)

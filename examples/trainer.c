@@ -98,13 +98,16 @@ typedef struct {
     ddpc_t rt;
     const ddpc_world_t *w;
     int rank, size;
-    ddpc_comm_t comm;
+    ddpc_comm_t comm;               /* the world's (MPI, host memory): control messages */
+    ddpc_comm_t dcomm;              /* cuda: the device communicator the engine uses */
+    void *stream;                   /* cuda: the compute stream of the engine and model */
     ddpc_ddp_t ddp;
     ddpc_optim_t optim;
     const model_ops_t *ops;         /* the device's model implementation */
     int gpu;                        /* its GPU, -1 on the cpu */
     model_t *model;
     size_t nparams;                 /* floats in the parameter arena */
+    float *hparams;                 /* (nparams,) host: initialization, checksums */
     ddpc_idx_t train, test;
     ddpc_sampler_t sampler;
     ddpc_loader_t loader;
@@ -121,7 +124,6 @@ typedef struct {
     /* this run */
     int64_t steps_per_epoch;        /* optimizer steps of a full epoch */
     int64_t log_every;
-    int *labels;                    /* (max batch,) int labels for the model */
     float *eval_x;                  /* (EVAL_BATCH, dim) */
     uint8_t *eval_y;
     size_t *eval_idx;
@@ -236,10 +238,18 @@ static const char *json_str(const char *s, char *buf, size_t n)
     return buf;
 }
 
+/* A failure of the model's device work inside a step: end the job. */
+static void model_fatal(trainer_t *t, const char *what)
+{
+    fatal(t, what, t->ops->error(t->model));
+}
+
 static uint32_t params_crc32(trainer_t *t)
 {
-    size_t n;
-    const float *p = ddpc_ddp_params(t->ddp, &n);
+    size_t n = t->nparams;
+    if (t->ops->params_io(t->model, t->hparams, 0))
+        model_fatal(t, "checksum");
+    const float *p = t->hparams;
     uLong crc = crc32(0L, Z_NULL, 0);
     const unsigned char *b = (const unsigned char *)p;
     size_t bytes = n * sizeof(float);
@@ -308,7 +318,9 @@ static int build_model(trainer_t *t)
 {
     const options_t *o = &t->opt;
     ddpc_ddp_config_t dc = DDPC_DDP_CONFIG_INIT;
-    if (ddpc_ddp_create(t->comm, &dc, &t->ddp) != DDPC_OK)
+    dc.compress = o->grad_dtype;
+    dc.stream = t->stream;
+    if (ddpc_ddp_create(t->dcomm ? t->dcomm : t->comm, &dc, &t->ddp) != DDPC_OK)
         return fail(t, "%s", ddpc_ddp_last_error(t->ddp));
     for (int i = 0; i < model_num_params(&o->model); i++) {
         char name[32];
@@ -327,27 +339,34 @@ static int start_model(trainer_t *t)
     float *params = ddpc_ddp_params(t->ddp, &t->nparams);
     size_t ng;
     float *grads = ddpc_ddp_grads(t->ddp, &ng);
-    if (t->rank == 0)
-        model_init_params(&o->model, o->seed, params);
-    int max_batch = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
-    char err[256];
-    t->model = t->ops->create(&o->model, t->gpu, max_batch, params, grads, err, sizeof err);
-    if (!t->model)
-        return fail(t, "%s", err);
     ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
     oc.type = (ddpc_optim_type_t)o->optimizer;
     oc.lr = o->lr;
     oc.momentum = o->optimizer == DDPC_OPTIM_SGD ? o->momentum : 0.0;
     oc.weight_decay = o->weight_decay;
     oc.clip_norm = o->clip;
+    /* fp16: PyTorch GradScaler's defaults (65536, x2 every 2000 good steps, x0.5) */
+    oc.dynamic_loss_scale = o->precision == PRECISION_FP16;
     if (ddpc_optim_create(t->ddp, &oc, &t->optim) != DDPC_OK)
         return fail(t, "%s", ddpc_ddp_last_error(t->ddp));
-    t->labels = malloc((size_t)max_batch * sizeof(int));
+    int max_batch = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
+    model_place_t where = {t->gpu, t->stream, o->precision,
+                           ddpc_optim_loss_scale_device(t->optim)};
+    char err[512];
+    t->model = t->ops->create(&o->model, &where, max_batch, params, grads, err, sizeof err);
+    if (!t->model)
+        return fail(t, "%s", err);
+    t->hparams = malloc(t->nparams * sizeof(float));
     t->eval_x = malloc((size_t)EVAL_BATCH * ddpc_idx_dim(t->test) * sizeof(float));
     t->eval_y = malloc(EVAL_BATCH);
     t->eval_idx = malloc(EVAL_BATCH * sizeof(size_t));
-    if (!t->labels || !t->eval_x || !t->eval_y || !t->eval_idx)
+    if (!t->hparams || !t->eval_x || !t->eval_y || !t->eval_idx)
         return fail(t, "out of memory for batch buffers");
+    if (t->rank == 0) { /* the initial parameters; broadcast later */
+        model_init_params(&o->model, o->seed, t->hparams);
+        if (t->ops->params_io(t->model, t->hparams, 1))
+            return fail(t, "%s", t->ops->error(t->model));
+    }
     return 0;
 }
 
@@ -492,20 +511,21 @@ static int evaluate(trainer_t *t)
     size_t N = ddpc_idx_count(t->test);
     size_t lo = N * (size_t)t->rank / (size_t)t->size;
     size_t hi = N * (size_t)(t->rank + 1) / (size_t)t->size;
-    double sums[2] = {0, 0}; /* loss * samples, hits */
+    model_stats_t ms;
+    if (t->ops->stats(t->model, &ms)) /* training's since the last log line: not ours */
+        model_fatal(t, "evaluation");
     for (size_t b = lo; b < hi; b += EVAL_BATCH) {
         size_t n = hi - b < EVAL_BATCH ? hi - b : EVAL_BATCH;
         for (size_t i = 0; i < n; i++)
             t->eval_idx[i] = b + i;
         if (ddpc_idx_gather(t->test, t->eval_idx, n, t->eval_x, t->eval_y) != DDPC_OK)
             fatal(t, "evaluation", ddpc_idx_last_error(t->test));
-        for (size_t i = 0; i < n; i++)
-            t->labels[i] = t->eval_y[i];
-        int hits = 0;
-        sums[0] += t->ops->forward(t->model, t->eval_x, t->labels, (int)n, &hits) * (double)n;
-        sums[1] += hits;
+        if (t->ops->upload(t->model, t->eval_x, t->eval_y, (int)n) || t->ops->forward(t->model))
+            model_fatal(t, "evaluation");
     }
-    double total[2];
+    if (t->ops->stats(t->model, &ms))
+        model_fatal(t, "evaluation");
+    double sums[2] = {ms.loss_samples, ms.correct}, total[2];
     if (ddpc_allreduce(t->comm, sums, total, 2, DDPC_F64, DDPC_SUM) != DDPC_OK)
         fatal(t, "evaluation", ddpc_last_error(t->rt));
     t->test_loss = total[0] / (double)N;
@@ -516,9 +536,9 @@ static int evaluate(trainer_t *t)
 
 /* ------------------------------------------------------------------ training */
 typedef struct {
-    double loss_sum;  /* sum over micro-batches of their mean loss */
+    double loss_sum;  /* sum over micro-batches of their mean loss (the model's stats) */
     double batches;   /* micro-batches */
-    double hits;      /* correct predictions */
+    double hits;      /* correct predictions (the model's stats) */
     double samples;   /* samples */
 } stats_t;
 
@@ -533,21 +553,21 @@ static size_t step(trainer_t *t, int k, stats_t *st)
             fatal(t, "data", ddpc_loader_last_error(t->loader));
         if (b.n == 0)
             fatal(t, "data", "the loader ran out of batches inside an accumulation window");
-        for (size_t i = 0; i < b.n; i++)
-            t->labels[i] = b.y[i];
+        if (t->ops->upload(t->model, b.x, b.y, (int)b.n))
+            model_fatal(t, "data");
         ddpc_status_t s = ddpc_ddp_set_sync(t->ddp, m == k - 1);
         if (s == DDPC_OK && m == 0)
             s = ddpc_ddp_zero_grad(t->ddp);
         if (s != DDPC_OK)
             fatal(t, "ddp", ddpc_ddp_last_error(t->ddp));
-        int hits = 0;
-        double loss = t->ops->forward(t->model, b.x, t->labels, (int)b.n, &hits);
-        if (t->ops->backward(t->model, 1.0 / k, grad_ready, t->ddp) ||
-            ddpc_ddp_wait(t->ddp) != DDPC_OK)
+        if (t->ops->forward(t->model))
+            model_fatal(t, "forward");
+        int brc = t->ops->backward(t->model, 1.0 / k, grad_ready, t->ddp);
+        if (brc < 0)
+            model_fatal(t, "backward");
+        if (brc || ddpc_ddp_wait(t->ddp) != DDPC_OK)
             fatal(t, "ddp", ddpc_ddp_last_error(t->ddp));
-        st->loss_sum += loss;
         st->batches += 1;
-        st->hits += hits;
         st->samples += (double)b.n;
         used += b.n;
     }
@@ -591,7 +611,10 @@ static int stop_vote(trainer_t *t)
 static void log_progress(trainer_t *t, stats_t *st, int64_t step_in_epoch, double t_epoch,
                          double samples_epoch)
 {
-    double sums[4] = {st->loss_sum, st->batches, st->hits, st->samples}, g[4];
+    model_stats_t ms;
+    if (t->ops->stats(t->model, &ms))
+        model_fatal(t, "log");
+    double sums[4] = {ms.loss_sum, st->batches, ms.correct, st->samples}, g[4];
     if (ddpc_allreduce(t->comm, sums, g, 4, DDPC_F64, DDPC_SUM) != DDPC_OK)
         fatal(t, "log", ddpc_last_error(t->rt));
     memset(st, 0, sizeof *st);
@@ -644,8 +667,7 @@ static run_t train_epoch(trainer_t *t)
         batches_left -= (size_t)k;
         samples_epoch += s1.samples * t->size;
         t->samples_run += s1.samples * t->size;
-        st.loss_sum += s1.loss_sum, st.batches += s1.batches, st.hits += s1.hits;
-        st.samples += s1.samples;
+        st.batches += s1.batches, st.samples += s1.samples;
         int64_t in_epoch = t->steps_per_epoch - (int64_t)((batches_left + K - 1) / K);
         if (in_epoch % t->log_every == 0 || batches_left == 0)
             log_progress(t, &st, in_epoch, t_epoch, samples_epoch);
@@ -693,8 +715,9 @@ int main(int argc, char **argv)
     }
     if (!t->comm) { /* DDPC_BACKEND=nccl accepted a launch whose MPI is not wired */
         fprintf(stderr, "trainer: rank %d: MPI is not wired in this launch (srun --mpi=pmix with "
-                "an MPI that has no PMIx client) and this trainer has no CUDA model to train on "
-                "the nccl backend alone: launch with srun --mpi=pmi2 or mpiexec\n", t->rank);
+                "an MPI that has no PMIx client); the trainer's control messages (agreement, "
+                "evaluation, the stop vote) need it even when gradients go through NCCL: "
+                "launch with srun --mpi=pmi2 or mpiexec\n", t->rank);
         ddpc_finalize(t->rt);
         return TRAINER_EXIT_ERROR;
     }
@@ -712,14 +735,45 @@ int main(int argc, char **argv)
                              derr, sizeof derr);
     if (rc1)
         fail(t, "%s", derr);
+    if (agree(t, rc1))
+        goto out;
+    /* one device for the whole job: --device auto trains on the cpu unless every rank has
+       its GPU */
+    int32_t on_gpu = dev == DEVICE_CUDA, all_gpu = 0;
+    if (ddpc_allreduce(t->comm, &on_gpu, &all_gpu, 1, DDPC_I32, DDPC_MIN) != DDPC_OK)
+        ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
+    if (on_gpu && !all_gpu) {
+        dev = DEVICE_CPU;
+        gpu = -1;
+        snprintf(note, sizeof note, "--device auto: using the cpu (a rank has no usable GPU)");
+    }
+    if (dev == DEVICE_CPU && o->precision != PRECISION_FP32) {
+        if (t->rank == 0)
+            fprintf(stderr, "trainer: --precision %s: needs the cuda device (%s)\n",
+                    model_precision_name(o->precision), note[0] ? note : "--device cpu");
+        goto out;
+    }
     t->gpu = gpu;
     t->ops = &model_cpu_ops;
 #ifdef TRAINER_HAVE_CUDA_MODEL
-    if (dev == DEVICE_CUDA)
+    if (dev == DEVICE_CUDA) {
         t->ops = &model_cuda_ops;
+        int src = model_cuda_open(gpu, &t->stream, derr, sizeof derr);
+        if (src)
+            fail(t, "%s", derr);
+        if (agree(t, src))
+            goto out;
+        /* the engine's communicator: nccl where built in (DDPC_BACKEND may say mpi) */
+        ddpc_comm_config_t cc = DDPC_COMM_CONFIG_INIT;
+        cc.device = gpu;
+        cc.stream = t->stream;
+        if (ddpc_comm_create(t->rt, &cc, &t->dcomm) != DDPC_OK) { /* fails on every rank */
+            fprintf(stderr, "trainer: %s\n", ddpc_last_error(t->rt));
+            goto out;
+        }
+    }
 #endif
-    if (agree(t, rc1))
-        goto out;
+
     int threads = dev == DEVICE_CPU ? set_blas_threads(o->threads, t->w->local_size) : 0;
     if (agree(t, open_data(t)) || agree(t, build_model(t)))
         goto out;
@@ -745,6 +799,13 @@ int main(int argc, char **argv)
         ddpc_source_name(t->w->source), dev == DEVICE_CPU ? "cpu" : "cuda");
     if (threads)
         say(t, " (%s, %d thread(s) per rank)", DDPC_BLAS_NAME, threads);
+    if (dev == DEVICE_CUDA) {
+        char gd[160];
+        say(t, " (GPU %s, %s, all-reduce %s, gradients %s on the wire)",
+            ddpc_device_describe(gpu, gd, sizeof gd), model_precision_name(o->precision),
+            ddpc_backend_name(ddpc_comm_backend(t->dcomm)),
+            o->grad_dtype == DDPC_BF16 ? "bf16" : o->grad_dtype == DDPC_F16 ? "fp16" : "fp32");
+    }
     say(t, "\ntrainer: model %s, %s lr %g, batch %d x %d rank(s) x %d accum, %lld steps/epoch\n",
         desc, ddpc_optim_name((ddpc_optim_type_t)o->optimizer), o->lr, o->batch_size, t->size,
         o->grad_accum, (long long)t->steps_per_epoch);
@@ -828,7 +889,11 @@ out:
         t->ops->destroy(t->model);
     ddpc_optim_destroy(t->optim);
     ddpc_ddp_destroy(t->ddp);
-    free(t->labels);
+    ddpc_comm_destroy(t->dcomm);
+#ifdef TRAINER_HAVE_CUDA_MODEL
+    model_cuda_close(t->stream);
+#endif
+    free(t->hparams);
     free(t->eval_x);
     free(t->eval_y);
     free(t->eval_idx);

@@ -183,6 +183,10 @@ DDPC_API const char *ddpc_optim_name(ddpc_optim_type_t type); /* "sgd", "adamw" 
 /* 1 if the last step was applied, 0 if loss scaling skipped it. On a device
  * engine this and the getters above wait for the engine's stream. */
 DDPC_API int ddpc_optim_last_stepped(ddpc_optim_t opt);
+/* Device engines: the current loss scale (one double in device memory, on
+ * the engine's device), for a model that multiplies its loss gradient by it
+ * on the device (fp16) without reading it back; NULL on the host. */
+DDPC_API const double *ddpc_optim_loss_scale_device(ddpc_optim_t opt);
 
 #ifdef __cplusplus
 }

@@ -70,7 +70,7 @@ START_TEST(options_values)
              "--momentum", "0", "--weight-decay", "0", "--grad-accum", "4", "--clip", "1.5",
              "--seed", "9", "--ckpt-dir", "run", "--ckpt-every", "50", "--ckpt-keep", "2",
              "--resume", "run/ckpt-00000050.h5", "--metrics", "m.jsonl", "--device", "cpu",
-             "--log-every", "5", "--print-crc-all", "--threads", "2");
+             "--log-every", "5", "--print-crc-all", "--threads", "2", "--grad-dtype", "bf16");
     ck_assert_str_eq(o.data, "/d");
     ck_assert_int_eq(o.model.nhidden, 3);
     ck_assert_int_eq(o.model.hidden[0], 1024);
@@ -90,6 +90,11 @@ START_TEST(options_values)
     ck_assert_int_eq(o.device, DEVICE_CPU);
     ck_assert_int_eq(o.print_crc_all, 1);
     ck_assert_int_eq(o.threads, 2);
+    ck_assert_int_eq(o.grad_dtype, DDPC_BF16);
+    ck_assert_int_eq(o.precision, PRECISION_FP32);
+    PARSE_OK(&o, "--precision", "fp16", "--device", "cuda");
+    ck_assert_int_eq(o.precision, PRECISION_FP16);
+    ck_assert_int_eq(o.device, DEVICE_CUDA);
     PARSE_OK(&o, "--model", "linear", "--ckpt-dir", "none", "--resume", "never");
     ck_assert_int_eq(o.model.kind, MODEL_LINEAR);
     ck_assert_int_eq(o.model.nhidden, 0);
@@ -114,6 +119,9 @@ START_TEST(options_errors)
     PARSE_BAD("--model \"cnn\"", "linear or mlp", "--model", "cnn");
     PARSE_BAD("--optimizer \"adam\"", "sgd or adamw", "--optimizer", "adam");
     PARSE_BAD("--device \"tpu\"", "cpu, cuda or auto", "--device", "tpu");
+    PARSE_BAD("--precision \"fp8\"", "fp32, bf16 or fp16", "--precision", "fp8");
+    PARSE_BAD("--precision bf16", "--device cuda", "--precision", "bf16", "--device", "cpu");
+    PARSE_BAD("--grad-dtype \"int8\"", "fp32, bf16 or fp16", "--grad-dtype", "int8");
     PARSE_BAD("--hidden \"1024,,8\"", "widths", "--hidden", "1024,,8");
     PARSE_BAD("--hidden \"0\"", "widths", "--hidden", "0");
     PARSE_BAD("--hidden", "at most 8", "--hidden", "1,2,3,4,5,6,7,8,9");
@@ -151,6 +159,20 @@ static float frand(uint64_t *s)
     return (float)((*s >> 40) / 16777216.0) * 2.0f - 1.0f;
 }
 
+/* The mean loss of one forward of (x, y) through the model's interface. */
+static double loss_of(model_t *m, const float *x, const uint8_t *y, int B, double *correct)
+{
+    model_stats_t st;
+    ck_assert_int_eq(model_cpu_ops.upload(m, x, y, B), 0);
+    ck_assert_int_eq(model_cpu_ops.forward(m), 0);
+    ck_assert_int_eq(model_cpu_ops.stats(m, &st), 0);
+    ck_assert(st.forwards == 1);
+    ck_assert_double_eq_tol(st.loss_sum * B, st.loss_samples, 1e-9 * (1 + st.loss_samples));
+    if (correct)
+        *correct = st.correct;
+    return st.loss_sum;
+}
+
 /* d loss / d theta by backward, then by central differences in float64 of
  * the forward loss, for every parameter of a small model. */
 static void gradcheck(const model_spec_t *s, int B)
@@ -158,7 +180,7 @@ static void gradcheck(const model_spec_t *s, int B)
     size_t P = model_param_count(s);
     float *params = malloc(P * sizeof(float)), *grads = calloc(P, sizeof(float));
     float *x = malloc((size_t)B * s->inputs * sizeof(float));
-    int *y = malloc((size_t)B * sizeof(int));
+    uint8_t *y = malloc((size_t)B);
     uint64_t r = 7;
     model_init_params(s, 3, params);
     for (size_t i = 0; i < P; i++) /* larger weights than init: gradients well above noise */
@@ -166,12 +188,13 @@ static void gradcheck(const model_spec_t *s, int B)
     for (int i = 0; i < B * s->inputs; i++)
         x[i] = frand(&r);
     for (int i = 0; i < B; i++)
-        y[i] = i % s->classes;
+        y[i] = (uint8_t)(i % s->classes);
     char err[128];
-    model_t *m = model_cpu_ops.create(s, -1, B, params, grads, err, sizeof err);
+    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL};
+    model_t *m = model_cpu_ops.create(s, &cpu, B, params, grads, err, sizeof err);
     ck_assert_msg(m != NULL, "%s", err);
     ready_log_t rl = {{0}, 0};
-    model_cpu_ops.forward(m, x, y, B, NULL);
+    loss_of(m, x, y, B, NULL);
     ck_assert_int_eq(model_cpu_ops.backward(m, 0.5, log_ready, &rl), 0);
     /* every parameter once, last layer first, bias before weight */
     int np = model_num_params(s);
@@ -184,9 +207,9 @@ static void gradcheck(const model_spec_t *s, int B)
     for (size_t i = 0; i < P; i++) {
         float keep = params[i];
         params[i] = keep + h;
-        double lp = model_cpu_ops.forward(m, x, y, B, NULL);
+        double lp = loss_of(m, x, y, B, NULL);
         params[i] = keep - h;
-        double lm = model_cpu_ops.forward(m, x, y, B, NULL);
+        double lm = loss_of(m, x, y, B, NULL);
         params[i] = keep;
         double fd = 0.5 * (lp - lm) / (2.0 * (double)h);
         double e = fabs(fd - grads[i]) / (1e-3 + fabs(fd) + fabs(grads[i]));
@@ -196,7 +219,7 @@ static void gradcheck(const model_spec_t *s, int B)
     }
     /* backward accumulates: a second one doubles the gradient */
     float g0 = grads[0];
-    model_cpu_ops.forward(m, x, y, B, NULL);
+    loss_of(m, x, y, B, NULL);
     model_cpu_ops.backward(m, 0.5, NULL, NULL);
     ck_assert_float_eq_tol(grads[0], 2 * g0, 1e-6f + 1e-5f * fabsf(g0));
     model_cpu_ops.destroy(m);
@@ -242,10 +265,19 @@ START_TEST(model_layout)
     /* loss of uniform logits is log(classes), the argmax of ties is class 0 */
     float *p = calloc(model_param_count(&l), sizeof(float)), *g = calloc(7850, sizeof(float));
     float x[784] = {0};
-    int y = 3, correct = -1;
-    model_t *m = model_cpu_ops.create(&l, -1, 1, p, g, d, sizeof d);
-    ck_assert_double_eq_tol(model_cpu_ops.forward(m, x, &y, 1, &correct), log(10.0), 1e-6);
-    ck_assert_int_eq(correct, 0);
+    uint8_t y = 3, bad = 10;
+    double correct = -1;
+    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL}, half = {-1, NULL, PRECISION_BF16, NULL};
+    ck_assert_ptr_null(model_cpu_ops.create(&l, &half, 1, p, g, d, sizeof d));
+    ck_assert_ptr_nonnull(strstr(d, "fp32 only"));
+    model_t *m = model_cpu_ops.create(&l, &cpu, 1, p, g, d, sizeof d);
+    ck_assert_double_eq_tol(loss_of(m, x, &y, 1, &correct), log(10.0), 1e-6);
+    ck_assert(correct == 0);
+    /* a label outside the classes and a batch larger than the workspace are refused */
+    ck_assert_int_eq(model_cpu_ops.upload(m, x, &bad, 1), -1);
+    ck_assert_ptr_nonnull(strstr(model_cpu_ops.error(m), "label 10 of sample 0"));
+    ck_assert_int_eq(model_cpu_ops.upload(m, x, &y, 2), -1);
+    ck_assert_ptr_nonnull(strstr(model_cpu_ops.error(m), "expected 1 to 1"));
     model_cpu_ops.destroy(m);
     free(p);
     free(g);

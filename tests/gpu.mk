@@ -6,6 +6,8 @@
 #                nccl with 1), stream order, timeout; GPU_COMM_BENCH=1: busbw
 #  gpu_ddp.mpi   the device DDP engine: N ranks x B = 1 x N*B, identical
 #                parameters on all ranks, compression, checkpoint round trip
+#  gpu_model     the trainer's CUDA model against its cpu twin (fp32 fused and
+#                unfused, bf16, fp16): losses, hits, gradients, grad_ready order
 #  gpu-boot.sh   the nccl bootstrap under mpiexec: no GPU -> one message per rank
 #  slurm-nccl.sh srun --mpi=pmix with the nccl backend and MPICH (no PMIx client)
 dist_check_SCRIPTS += tests/gpu-boot.sh tests/slurm-nccl.sh
@@ -37,3 +39,12 @@ tests_gpu_ddp_LDADD = libddpc.la $(CUDA_LIBS) -lm
 TESTS += tests/gpu_comm.mpi tests/gpu_ddp.mpi
 endif
 dist_check_DATA += tests/gpu_comm.mpi tests/gpu_ddp.mpi
+if HAVE_CUBLASLT
+check_PROGRAMS += tests/gpu_model
+tests_gpu_model_SOURCES = tests/gpu_model.c
+tests_gpu_model_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/examples -DTRAINER_HAVE_CUDA_MODEL \
+	$(CUDA_CFLAGS)
+tests_gpu_model_LDFLAGS = $(DDPC_TEST_LD)
+tests_gpu_model_LDADD = examples/libtrainer.la libddpc.la $(CUDA_LIBS) -lm
+TESTS += tests/gpu_model
+endif

@@ -322,3 +322,13 @@ void ddpc_optim_set_scale_good_steps(ddpc_optim_t o, int n)
     PUSH(o);
 }
 int ddpc_optim_last_stepped(ddpc_optim_t o) { PULL(o); return o ? o->last_stepped : 0; }
+
+const double *ddpc_optim_loss_scale_device(ddpc_optim_t o)
+{
+#ifdef DDPC_HAVE_CUDA
+    if (o && ON_DEVICE(o))
+        return &o->sc->scale;
+#endif
+    (void)o;
+    return NULL;
+}

@@ -1,0 +1,937 @@
+/* model_cuda.cu: the trainer's models on one GPU (model.h), the twin of
+ * model_cpu.c: the same layers, parameters, loss and order of grad_ready
+ * calls, computed with cuBLASLt GEMMs and a few kernels on the DDP engine's
+ * compute stream. Nothing is allocated and nothing waits for the host inside
+ * a step (stats and params_io wait, when asked).
+ *
+ * Layout. cuBLASLt is column-major; a row-major (rows, cols) matrix is a
+ * column-major (cols, rows) one with the same pointer and ld = cols. So for
+ * layer l (in -> out), with W (out, in) row-major as PyTorch's and a batch
+ * of B samples:
+ *   forward   Y(out x B) = op_T(W: in x out) * X(in x B)         + bias
+ *   weights   dW(in x out) += X(in x B) * op_T(dY: out x B)
+ *   data      dX(in x B) = W(in x out) * dY(out x B)
+ * GEMM epilogues (shared/GPU.md "cuBLASLt epilogues"), when the library
+ * offers them for the shapes and types ("fused"):
+ *   hidden forward: RELU_AUX_BIAS: bias, ReLU and a bit-mask of the ReLU;
+ *   last forward: BIAS;
+ *   last weight gradient: BGRADB: the last bias gradient from dY;
+ *   data gradient: DRELU_BGRAD: the previous layer's ReLU gradient from its
+ *   mask, and that layer's bias gradient.
+ * The bias gradients come out of the epilogue (which overwrites) into a
+ * scratch vector and a small kernel adds them to the gradient arena, which
+ * accumulates over micro-steps. Where an epilogue is not offered, every
+ * layer uses plain GEMMs and kernels for bias, ReLU and the bias gradients
+ * ("unfused"; DDPC_TRAINER_GEMM=unfused forces it, for the tests).
+ *
+ * The loss: one kernel computes softmax, cross-entropy and the argmax of
+ * every row and overwrites the logits with their gradient (p - onehot(y))/B
+ * in float32; backward scales it (1/grad_accum, the fp16 loss scale) and, in
+ * bf16/fp16, rounds it to the GEMMs' type. Losses and hits add up on the
+ * device in a fixed order (one block), read only by stats().
+ *
+ * Precision: fp32 is CUBLAS_COMPUTE_32F (no TF32, as PyTorch's default).
+ * bf16/fp16 cast the whole parameter arena to a half copy at each forward
+ * (one kernel) and run the GEMMs on half operands with float32 accumulation;
+ * the weight gradients are written in float32 straight into the arena.
+ *
+ * Input: upload() copies the host batch into one of two pinned buffers and
+ * from there, on a copy stream, into one of two device buffers; the compute
+ * stream waits for that copy with an event, and the copy into a device buffer
+ * waits for the work that read it two batches ago. */
+#ifndef TRAINER_HAVE_CUDA_MODEL
+#define TRAINER_HAVE_CUDA_MODEL 1 /* this file is the CUDA model: model.h declares it */
+#endif
+#include "model.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kLossThreads = 1024;
+constexpr size_t kWorkspace = (size_t)32 << 20; /* cuBLASLt workspace (Hopper: 32 MiB) */
+constexpr int kPlans = 64;
+
+enum gemm_kind { G_FWD, G_DW, G_DX };
+
+struct plan {
+    int used, layer, kind, B;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+};
+
+template <typename T> __device__ inline float to_f(T v);
+template <> __device__ inline float to_f<float>(float v) { return v; }
+template <> __device__ inline float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ inline float to_f<__half>(__half v) { return __half2float(v); }
+template <typename T> __device__ inline T from_f(float v);
+template <> __device__ inline float from_f<float>(float v) { return v; }
+template <> __device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ inline __half from_f<__half>(float v) { return __float2half_rn(v); }
+
+inline unsigned grid_for(size_t n)
+{
+    size_t b = (n + kThreads - 1) / kThreads;
+    return b > 65535 * 8 ? 65535 * 8 : (unsigned)(b ? b : 1);
+}
+
+/* out[i] = T(in[i]) */
+template <typename T> __global__ void k_cast(const float *in, T *out, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = from_f<T>(in[i]);
+}
+
+/* y (B rows of n) += bias, then ReLU if relu: the unfused forward epilogue */
+template <typename T>
+__global__ void k_bias_act(T *y, const T *bias, int n, size_t total, int relu)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = to_f<T>(y[i]) + to_f<T>(bias[i % n]);
+        y[i] = from_f<T>(relu && !(v > 0.0f) ? 0.0f : v);
+    }
+}
+
+/* One block: per row of z (B x C), softmax, cross-entropy, argmax (the
+ * first maximum, as the cpu), and z overwritten by (p - onehot(y)) / B.
+ * acc[0] += mean loss, acc[1] += sum of losses, acc[2] += hits, acc[3] += 1,
+ * summed in a fixed order. */
+__global__ void k_softmax_xent(float *z, const int *y, int B, int C, double *acc)
+{
+    __shared__ double s_loss[kLossThreads];
+    __shared__ double s_hit[kLossThreads];
+    double loss = 0, hits = 0;
+    const float invB = 1.0f / (float)B;
+    for (int i = threadIdx.x; i < B; i += blockDim.x) {
+        float *r = z + (size_t)i * C;
+        int arg = 0;
+        for (int c = 1; c < C; c++)
+            arg = r[c] > r[arg] ? c : arg;
+        const float mx = r[arg];
+        double sum = 0;
+        for (int c = 0; c < C; c++)
+            sum += (double)expf(r[c] - mx);
+        const int yi = y[i];
+        loss += log(sum) - (double)(r[yi] - mx);
+        hits += arg == yi;
+        for (int c = 0; c < C; c++) {
+            float p = (float)((double)expf(r[c] - mx) / sum);
+            r[c] = (p - (c == yi ? 1.0f : 0.0f)) * invB;
+        }
+    }
+    s_loss[threadIdx.x] = loss;
+    s_hit[threadIdx.x] = hits;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) {
+            s_loss[threadIdx.x] += s_loss[threadIdx.x + k];
+            s_hit[threadIdx.x] += s_hit[threadIdx.x + k];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        acc[0] += s_loss[0] / B;
+        acc[1] += s_loss[0];
+        acc[2] += s_hit[0];
+        acc[3] += 1;
+    }
+}
+
+/* out[i] = T(g[i] * f * (*ls)): the loss gradient scaled (out may be g) */
+template <typename T>
+__global__ void k_grad_prep(const float *g, T *out, size_t n, float f, const double *ls)
+{
+    const float k = ls ? f * (float)*ls : f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = from_f<T>(g[i] * k);
+}
+
+/* db[j] += src[j]: an epilogue's bias gradient into the arena */
+template <typename T> __global__ void k_bias_add(float *db, const T *src, int n)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < n)
+        db[j] += to_f<T>(src[j]);
+}
+
+/* db[j] += sum over the B rows of d (B x n), and, when act is given, d is
+ * first zeroed where act (B x n) is not positive (the unfused ReLU gradient) */
+template <typename T>
+__global__ void k_bias_grad(T *d, const T *act, int n, int B, float *db)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n)
+        return;
+    float s = 0;
+    for (int i = 0; i < B; i++) {
+        size_t k = (size_t)i * n + j;
+        float v = to_f<T>(d[k]);
+        if (act && !(to_f<T>(act[k]) > 0.0f)) {
+            v = 0.0f;
+            d[k] = from_f<T>(0.0f);
+        }
+        s += v;
+    }
+    db[j] += s;
+}
+
+} /* namespace */
+
+struct model {
+    model_spec_t spec;
+    model_place_t where;
+    int nlayers, max_batch, fused;
+    size_t nparams;
+    size_t esize;              /* bytes of an element of the GEMMs' type */
+    cudaDataType_t ctype;      /* that type */
+    cudaStream_t s, copy;
+    cublasLtHandle_t lt;
+    void *ws;                  /* cuBLASLt workspace */
+    float *params, *grads;     /* the engine's arenas */
+    void *half;                /* bf16/fp16: (nparams,) copy of params; NULL in fp32 */
+    /* the uploaded batches: two slots */
+    float *hx[2], *dx[2];      /* pinned host, device (max_batch, inputs) float32 */
+    int *hy[2], *dy[2];        /* labels as ints */
+    cudaEvent_t copied[2], consumed[2];
+    int slot, have_slot, nb[2];
+    void *xh;                  /* bf16/fp16: (max_batch, inputs) cast of x */
+    void *act[MODEL_MAX_LAYERS];   /* hidden outputs (max_batch, out), GEMM type */
+    unsigned char *mask[MODEL_MAX_LAYERS]; /* their ReLU bit-masks (fused) */
+    int64_t mask_ld[MODEL_MAX_LAYERS];     /* bits, a multiple of 128 */
+    float *logits;             /* (max_batch, classes) float32, then its gradient */
+    void *dbuf[2];             /* (max_batch, widest) gradient ping-pong, GEMM type */
+    void *bscratch;            /* (widest,) an epilogue's bias gradient (float32 or type) */
+    double *acc;               /* device (4,): the stats */
+    double *hacc;              /* pinned (4,) */
+    int B;                     /* samples of the last forward */
+    plan plans[kPlans];
+    int next_plan;
+    char err[512];
+};
+
+static int fail(model_t *m, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = snprintf(m->err, sizeof m->err, "model (cuda): ");
+    vsnprintf(m->err + k, sizeof m->err - (size_t)k, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int cu(model_t *m, cudaError_t e, const char *call)
+{
+    return e == cudaSuccess ? 0 : fail(m, "%s: %s", call, cudaGetErrorString(e));
+}
+
+static int lt(model_t *m, cublasStatus_t e, const char *call)
+{
+    return e == CUBLAS_STATUS_SUCCESS ? 0 : fail(m, "%s: cuBLAS status %d", call, (int)e);
+}
+
+/* largest power of two dividing the address, at most 256 */
+static uint32_t align_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t k = 256;
+    while (k > 1 && a % k)
+        k /= 2;
+    return k;
+}
+
+static size_t layer_offset(const model_spec_t *s, int l) /* of W_l in the arena */
+{
+    size_t off = 0;
+    for (int i = 0; i < l; i++)
+        off += (size_t)model_layer_out(s, i) * ((size_t)model_layer_in(s, i) + 1);
+    return off;
+}
+
+/* views of layer l's weight and bias in the GEMMs' type (the half copy or the arena) */
+static const void *W_of(model_t *m, int l)
+{
+    size_t off = layer_offset(&m->spec, l);
+    return m->half ? (const void *)((const char *)m->half + off * m->esize)
+                   : (const void *)(m->params + off);
+}
+
+static const void *b_of(model_t *m, int l)
+{
+    size_t off = layer_offset(&m->spec, l) +
+                 (size_t)model_layer_out(&m->spec, l) * (size_t)model_layer_in(&m->spec, l);
+    return m->half ? (const void *)((const char *)m->half + off * m->esize)
+                   : (const void *)(m->params + off);
+}
+
+/* The forward bias of layer l in its output's type: the hidden layers' in
+ * the GEMMs' type, the last layer's (float32 logits) from the arena. */
+static const void *fwd_bias(model_t *m, int l)
+{
+    if (l < m->nlayers - 1)
+        return b_of(m, l);
+    return m->params + layer_offset(&m->spec, l) +
+           (size_t)model_layer_out(&m->spec, l) * (size_t)model_layer_in(&m->spec, l);
+}
+
+static float *dW_of(model_t *m, int l) { return m->grads + layer_offset(&m->spec, l); }
+
+static float *db_of(model_t *m, int l)
+{
+    return dW_of(m, l) + (size_t)model_layer_out(&m->spec, l) * (size_t)model_layer_in(&m->spec, l);
+}
+
+static void plan_free(plan *p)
+{
+    if (!p->used)
+        return;
+    cublasLtMatmulDescDestroy(p->op);
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc);
+    p->used = 0;
+}
+
+typedef struct {
+    int layer, kind;
+    cublasOperation_t ta, tb;
+    int M, N, K;
+    const void *A;
+    cudaDataType_t at;
+    int lda;
+    const void *Bm;
+    cudaDataType_t bt;
+    int ldb;
+    void *D;
+    cudaDataType_t dt;
+    int ldd;
+    float alpha, beta;
+    cublasLtEpilogue_t epi;
+    void *bias;      /* bias, or the bias gradient output */
+    void *aux;       /* ReLU mask */
+    int64_t aux_ld;
+} gemm_t;
+
+/* Descriptors and algorithm for g, made once per (layer, kind, batch). The
+ * heuristic excludes in-place (atomic) split-K reductions, so that a step is
+ * bitwise repeatable, and is told the real pointer alignments. */
+static plan *plan_for(model_t *m, const gemm_t *g, int B, int *rc)
+{
+    *rc = 0;
+    for (int i = 0; i < kPlans; i++) {
+        plan *p = &m->plans[i];
+        if (p->used && p->layer == g->layer && p->kind == g->kind && p->B == B)
+            return p;
+    }
+    plan *p = &m->plans[m->next_plan];
+    m->next_plan = (m->next_plan + 1) % kPlans;
+    plan_free(p);
+    int32_t ta = g->ta, tb = g->tb;
+    cublasLtEpilogue_t epi = g->epi;
+    if (lt(m, cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+           "cublasLtMatmulDescCreate")) {
+        *rc = -1;
+        return NULL;
+    }
+    int ok = 1;
+    ok = ok && !lt(m, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                                     sizeof ta), "TRANSA");
+    ok = ok && !lt(m, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                                     sizeof tb), "TRANSB");
+    ok = ok && !lt(m, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                     sizeof epi), "EPILOGUE");
+    if (ok && g->bias)
+        ok = !lt(m, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &g->bias, sizeof g->bias), "BIAS_POINTER");
+    if (ok && g->aux) {
+        ok = !lt(m, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                   &g->aux, sizeof g->aux), "AUX_POINTER") &&
+             !lt(m, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                   &g->aux_ld, sizeof g->aux_ld), "AUX_LD");
+    }
+    int ar = g->ta == CUBLAS_OP_N ? g->M : g->K, ac = g->ta == CUBLAS_OP_N ? g->K : g->M;
+    int br = g->tb == CUBLAS_OP_N ? g->K : g->N, bc = g->tb == CUBLAS_OP_N ? g->N : g->K;
+    ok = ok && !lt(m, cublasLtMatrixLayoutCreate(&p->la, g->at, ar, ac, g->lda), "layout A");
+    ok = ok && !lt(m, cublasLtMatrixLayoutCreate(&p->lb, g->bt, br, bc, g->ldb), "layout B");
+    ok = ok && !lt(m, cublasLtMatrixLayoutCreate(&p->lc, g->dt, g->M, g->N, g->ldd), "layout D");
+    cublasLtMatmulPreference_t pref = NULL;
+    ok = ok && !lt(m, cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    if (ok) {
+        uint64_t wsb = kWorkspace;
+        uint32_t red = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_INPLACE;
+        uint32_t aa = align_of(g->A), ab = align_of(g->Bm), ad = align_of(g->D);
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                             sizeof wsb);
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                             &red, sizeof red);
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+                                             sizeof aa);
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
+                                             sizeof ab);
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad,
+                                             sizeof ad);
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad,
+                                             sizeof ad);
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(m->lt, p->op, p->la, p->lb, p->lc,
+                                                           p->lc, pref, 1, &res, &found);
+        if (st != CUBLAS_STATUS_SUCCESS || found < 1) {
+            fail(m, "no cuBLASLt algorithm for layer %d %s GEMM (%d x %d x %d, epilogue %d, "
+                 "status %d)", g->layer, g->kind == G_FWD ? "forward" : g->kind == G_DW ?
+                 "weight-gradient" : "data-gradient", g->M, g->N, g->K, (int)g->epi, (int)st);
+            ok = 0;
+        } else {
+            p->algo = res.algo;
+        }
+    }
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    p->used = 1; /* so that plan_free releases what was made */
+    if (!ok) {
+        plan_free(p);
+        *rc = -1;
+        return NULL;
+    }
+    p->layer = g->layer;
+    p->kind = g->kind;
+    p->B = B;
+    return p;
+}
+
+static int gemm(model_t *m, const gemm_t *g, int B)
+{
+    int rc;
+    plan *p = plan_for(m, g, B, &rc);
+    if (!p)
+        return -1;
+    /* the pointers may be other buffers of the same shape (the input slots) */
+    if (g->bias &&
+        lt(m, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                             sizeof g->bias), "BIAS_POINTER"))
+        return -1;
+    if (g->aux &&
+        lt(m, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                             &g->aux, sizeof g->aux), "AUX_POINTER"))
+        return -1;
+    return lt(m, cublasLtMatmul(m->lt, p->op, &g->alpha, g->A, p->la, g->Bm, p->lb, &g->beta,
+                                g->D, p->lc, g->D, p->lc, &p->algo, m->ws, kWorkspace, m->s),
+              "cublasLtMatmul");
+}
+
+/* ------------------------------------------------------------------ typed launches */
+static int launch_cast(model_t *m, const float *in, void *out, size_t n)
+{
+    if (m->where.precision == PRECISION_BF16)
+        k_cast<<<grid_for(n), kThreads, 0, m->s>>>(in, (__nv_bfloat16 *)out, n);
+    else
+        k_cast<<<grid_for(n), kThreads, 0, m->s>>>(in, (__half *)out, n);
+    return cu(m, cudaGetLastError(), "cast kernel");
+}
+
+static int launch_bias_act(model_t *m, void *y, cudaDataType_t t, const void *bias, int n, int B,
+                           int relu)
+{
+    size_t total = (size_t)n * B;
+    if (t == CUDA_R_32F)
+        k_bias_act<<<grid_for(total), kThreads, 0, m->s>>>((float *)y, (const float *)bias, n,
+                                                           total, relu);
+    else if (t == CUDA_R_16BF)
+        k_bias_act<<<grid_for(total), kThreads, 0, m->s>>>(
+            (__nv_bfloat16 *)y, (const __nv_bfloat16 *)bias, n, total, relu);
+    else
+        k_bias_act<<<grid_for(total), kThreads, 0, m->s>>>((__half *)y, (const __half *)bias, n,
+                                                           total, relu);
+    return cu(m, cudaGetLastError(), "bias kernel");
+}
+
+static int launch_bias_add(model_t *m, float *db, const void *src, cudaDataType_t t, int n)
+{
+    unsigned g = (unsigned)((n + kThreads - 1) / kThreads);
+    if (t == CUDA_R_32F)
+        k_bias_add<<<g, kThreads, 0, m->s>>>(db, (const float *)src, n);
+    else if (t == CUDA_R_16BF)
+        k_bias_add<<<g, kThreads, 0, m->s>>>(db, (const __nv_bfloat16 *)src, n);
+    else
+        k_bias_add<<<g, kThreads, 0, m->s>>>(db, (const __half *)src, n);
+    return cu(m, cudaGetLastError(), "bias-gradient kernel");
+}
+
+static int launch_bias_grad(model_t *m, void *d, const void *act, cudaDataType_t t, int n, int B,
+                            float *db)
+{
+    unsigned g = (unsigned)((n + kThreads - 1) / kThreads);
+    if (t == CUDA_R_32F)
+        k_bias_grad<<<g, kThreads, 0, m->s>>>((float *)d, (const float *)act, n, B, db);
+    else if (t == CUDA_R_16BF)
+        k_bias_grad<<<g, kThreads, 0, m->s>>>((__nv_bfloat16 *)d, (const __nv_bfloat16 *)act, n,
+                                              B, db);
+    else
+        k_bias_grad<<<g, kThreads, 0, m->s>>>((__half *)d, (const __half *)act, n, B, db);
+    return cu(m, cudaGetLastError(), "bias-gradient kernel");
+}
+
+/* ------------------------------------------------------------------ the model */
+static void cuda_destroy(model_t *m)
+{
+    if (!m)
+        return;
+    if (m->s)
+        cudaStreamSynchronize(m->s);
+    if (m->copy) {
+        cudaStreamSynchronize(m->copy);
+        cudaStreamDestroy(m->copy);
+    }
+    for (int i = 0; i < kPlans; i++)
+        plan_free(&m->plans[i]);
+    if (m->lt)
+        cublasLtDestroy(m->lt);
+    for (int k = 0; k < 2; k++) {
+        cudaFreeHost(m->hx[k]);
+        cudaFreeHost(m->hy[k]);
+        cudaFree(m->dx[k]);
+        cudaFree(m->dy[k]);
+        cudaFree(m->dbuf[k]);
+        if (m->copied[k])
+            cudaEventDestroy(m->copied[k]);
+        if (m->consumed[k])
+            cudaEventDestroy(m->consumed[k]);
+    }
+    for (int l = 0; l < MODEL_MAX_LAYERS; l++) {
+        cudaFree(m->act[l]);
+        cudaFree(m->mask[l]);
+    }
+    cudaFree(m->ws);
+    cudaFree(m->half);
+    cudaFree(m->xh);
+    cudaFree(m->logits);
+    cudaFree(m->bscratch);
+    cudaFree(m->acc);
+    cudaFreeHost(m->hacc);
+    free(m);
+}
+
+static int dalloc(model_t *m, void **p, size_t bytes, const char *what)
+{
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
+    if (e != cudaSuccess)
+        return fail(m, "cudaMalloc of %zu bytes for %s: %s", bytes, what, cudaGetErrorString(e));
+    return 0;
+}
+
+/* The fused epilogues for batch B: offered for every layer's GEMM? (Plans
+ * them, so the first step finds them made.) */
+static int fused_offered(model_t *m, int B);
+
+static model_t *cuda_create(const model_spec_t *s, const model_place_t *where, int max_batch,
+                            float *params, float *grads, char *err, size_t errlen)
+{
+    if (!where || where->device < 0) {
+        snprintf(err, errlen, "model (cuda): no GPU given");
+        return NULL;
+    }
+    if (max_batch < 1 || s->nhidden < 0 || s->nhidden > MODEL_MAX_HIDDEN) {
+        snprintf(err, errlen, "model (cuda): batch %d or %d hidden layers out of range",
+                 max_batch, s->nhidden);
+        return NULL;
+    }
+    if (where->precision == PRECISION_FP16 && !where->loss_scale) {
+        snprintf(err, errlen, "model (cuda): fp16 needs the optimizer's dynamic loss scale");
+        return NULL;
+    }
+    model_t *m = (model_t *)calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, errlen, "model (cuda): out of memory");
+        return NULL;
+    }
+    m->spec = *s;
+    m->where = *where;
+    m->nlayers = model_num_layers(s);
+    m->max_batch = max_batch;
+    m->nparams = model_param_count(s);
+    m->params = params;
+    m->grads = grads;
+    m->s = (cudaStream_t)where->stream;
+    m->ctype = where->precision == PRECISION_BF16   ? CUDA_R_16BF
+               : where->precision == PRECISION_FP16 ? CUDA_R_16F
+                                                    : CUDA_R_32F;
+    m->esize = m->ctype == CUDA_R_32F ? 4 : 2;
+    size_t widest = (size_t)s->inputs, B = (size_t)max_batch;
+    for (int l = 0; l < m->nlayers; l++)
+        widest = (size_t)model_layer_out(s, l) > widest ? (size_t)model_layer_out(s, l) : widest;
+    int ok = !cu(m, cudaSetDevice(where->device), "cudaSetDevice") &&
+             !lt(m, cublasLtCreate(&m->lt), "cublasLtCreate") &&
+             !cu(m, cudaStreamCreateWithFlags(&m->copy, cudaStreamNonBlocking),
+                 "cudaStreamCreateWithFlags") &&
+             !dalloc(m, &m->ws, kWorkspace, "the cuBLASLt workspace");
+    for (int k = 0; ok && k < 2; k++) {
+        ok = !cu(m, cudaMallocHost((void **)&m->hx[k], B * s->inputs * sizeof(float)),
+                 "cudaMallocHost") &&
+             !cu(m, cudaMallocHost((void **)&m->hy[k], B * sizeof(int)), "cudaMallocHost") &&
+             !dalloc(m, (void **)&m->dx[k], B * s->inputs * sizeof(float), "a batch") &&
+             !dalloc(m, (void **)&m->dy[k], B * sizeof(int), "labels") &&
+             !dalloc(m, &m->dbuf[k], B * widest * m->esize, "gradients") &&
+             !cu(m, cudaEventCreateWithFlags(&m->copied[k], cudaEventDisableTiming),
+                 "cudaEventCreate") &&
+             !cu(m, cudaEventCreateWithFlags(&m->consumed[k], cudaEventDisableTiming),
+                 "cudaEventCreate");
+    }
+    for (int l = 0; ok && l < m->nlayers - 1; l++) {
+        size_t out = (size_t)model_layer_out(s, l);
+        m->mask_ld[l] = (int64_t)((out + 127) / 128 * 128);
+        ok = !dalloc(m, &m->act[l], B * out * m->esize, "activations") &&
+             !dalloc(m, (void **)&m->mask[l], (size_t)m->mask_ld[l] / 8 * B, "a ReLU mask");
+    }
+    ok = ok && !dalloc(m, (void **)&m->logits, B * s->classes * sizeof(float), "logits") &&
+         !dalloc(m, &m->bscratch, widest * sizeof(float), "bias gradients") &&
+         !dalloc(m, (void **)&m->acc, 4 * sizeof(double), "stats") &&
+         !cu(m, cudaMallocHost((void **)&m->hacc, 4 * sizeof(double)), "cudaMallocHost") &&
+         !cu(m, cudaMemsetAsync(m->acc, 0, 4 * sizeof(double), m->s), "cudaMemsetAsync");
+    if (ok && m->ctype != CUDA_R_32F)
+        ok = !dalloc(m, &m->half, m->nparams * m->esize, "the half copy of the parameters") &&
+             !dalloc(m, &m->xh, B * s->inputs * m->esize, "the half copy of a batch");
+    if (ok) {
+        const char *force = getenv("DDPC_TRAINER_GEMM");
+        if (force && !strcmp(force, "unfused")) {
+            m->fused = 0;
+        } else {
+            m->fused = fused_offered(m, max_batch);
+            if (!m->fused && force && !strcmp(force, "fused"))
+                ok = 0; /* the reason is in m->err */
+            else if (!m->fused)
+                fprintf(stderr, "trainer: %s; using unfused GEMMs\n", m->err);
+        }
+    }
+    if (!ok) {
+        snprintf(err, errlen, "%s", m->err);
+        cuda_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+static int cuda_upload(model_t *m, const float *x, const uint8_t *y, int B)
+{
+    if (B < 1 || B > m->max_batch)
+        return fail(m, "batch of %d samples, expected 1 to %d", B, m->max_batch);
+    for (int i = 0; i < B; i++)
+        if (y[i] >= m->spec.classes)
+            return fail(m, "label %d of sample %d is not in [0, %d)", y[i], i, m->spec.classes);
+    /* what the compute stream did so far is all that can read the current slot */
+    if (m->have_slot && cu(m, cudaEventRecord(m->consumed[m->slot], m->s), "cudaEventRecord"))
+        return -1;
+    int k = m->have_slot ? 1 - m->slot : 0;
+    size_t xb = (size_t)B * m->spec.inputs * sizeof(float);
+    if (cu(m, cudaEventSynchronize(m->copied[k]), "cudaEventSynchronize")) /* pinned slot free */
+        return -1;
+    memcpy(m->hx[k], x, xb);
+    for (int i = 0; i < B; i++)
+        m->hy[k][i] = y[i];
+    if (cu(m, cudaStreamWaitEvent(m->copy, m->consumed[k], 0), "cudaStreamWaitEvent") ||
+        cu(m, cudaMemcpyAsync(m->dx[k], m->hx[k], xb, cudaMemcpyHostToDevice, m->copy),
+           "cudaMemcpyAsync") ||
+        cu(m, cudaMemcpyAsync(m->dy[k], m->hy[k], (size_t)B * sizeof(int), cudaMemcpyHostToDevice,
+                              m->copy), "cudaMemcpyAsync") ||
+        cu(m, cudaEventRecord(m->copied[k], m->copy), "cudaEventRecord") ||
+        cu(m, cudaStreamWaitEvent(m->s, m->copied[k], 0), "cudaStreamWaitEvent"))
+        return -1;
+    m->slot = k;
+    m->have_slot = 1;
+    m->nb[k] = B;
+    return 0;
+}
+
+/* The forward GEMM of layer l on input a (GEMM type), output out. */
+static gemm_t fwd_gemm(model_t *m, int l, const void *a, int fused)
+{
+    const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
+    const int last = l == m->nlayers - 1;
+    gemm_t g;
+    memset(&g, 0, sizeof g);
+    g.layer = l;
+    g.kind = G_FWD;
+    g.ta = CUBLAS_OP_T;
+    g.tb = CUBLAS_OP_N;
+    g.M = out;
+    g.N = 0; /* the caller's batch */
+    g.K = in;
+    g.A = W_of(m, l);
+    g.at = m->ctype;
+    g.lda = in;
+    g.Bm = a;
+    g.bt = m->ctype;
+    g.ldb = in;
+    g.D = last ? (void *)m->logits : m->act[l];
+    g.dt = last ? CUDA_R_32F : m->ctype;
+    g.ldd = out;
+    g.alpha = 1.0f;
+    g.beta = 0.0f;
+    g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    if (fused) {
+        g.bias = (void *)fwd_bias(m, l);
+        g.epi = last ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+        if (!last) {
+            g.aux = m->mask[l];
+            g.aux_ld = m->mask_ld[l];
+        }
+    }
+    return g;
+}
+
+/* The weight-gradient GEMM of layer l: dW += a * d^T */
+static gemm_t dw_gemm(model_t *m, int l, const void *a, const void *d, cudaDataType_t dtype,
+                      int fused)
+{
+    const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
+    gemm_t g;
+    memset(&g, 0, sizeof g);
+    g.layer = l;
+    g.kind = G_DW;
+    g.ta = CUBLAS_OP_N;
+    g.tb = CUBLAS_OP_T;
+    g.M = in;
+    g.N = out;
+    g.K = 0; /* the batch */
+    g.A = a;
+    g.at = m->ctype;
+    g.lda = in;
+    g.Bm = d;
+    g.bt = dtype;
+    g.ldb = out;
+    g.D = dW_of(m, l);
+    g.dt = CUDA_R_32F;
+    g.ldd = in;
+    g.alpha = 1.0f;
+    g.beta = 1.0f;
+    g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    if (fused && l == m->nlayers - 1) { /* the last bias gradient, float32 (D's type) */
+        g.epi = CUBLASLT_EPILOGUE_BGRADB;
+        g.bias = m->bscratch;
+    }
+    return g;
+}
+
+/* The data-gradient GEMM of layer l > 0: dprev = W d, through layer l-1's ReLU */
+static gemm_t dx_gemm(model_t *m, int l, const void *d, void *dprev, int fused)
+{
+    const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
+    gemm_t g;
+    memset(&g, 0, sizeof g);
+    g.layer = l;
+    g.kind = G_DX;
+    g.ta = CUBLAS_OP_N;
+    g.tb = CUBLAS_OP_N;
+    g.M = in;
+    g.N = 0; /* the batch */
+    g.K = out;
+    g.A = W_of(m, l);
+    g.at = m->ctype;
+    g.lda = in;
+    g.Bm = d;
+    g.bt = m->ctype;
+    g.ldb = out;
+    g.D = dprev;
+    g.dt = m->ctype;
+    g.ldd = in;
+    g.alpha = 1.0f;
+    g.beta = 0.0f;
+    g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    if (fused) { /* layer l-1's bias gradient in D's type */
+        g.epi = CUBLASLT_EPILOGUE_DRELU_BGRAD;
+        g.bias = m->bscratch;
+        g.aux = m->mask[l - 1];
+        g.aux_ld = m->mask_ld[l - 1];
+    }
+    return g;
+}
+
+static int fused_offered(model_t *m, int B)
+{
+    int rc;
+    for (int l = 0; l < m->nlayers; l++) {
+        const void *a = l == 0 ? (m->half ? m->xh : (void *)m->dx[0]) : m->act[l - 1];
+        gemm_t g = fwd_gemm(m, l, a, 1);
+        g.N = B;
+        if (!plan_for(m, &g, B, &rc))
+            return 0;
+        const int last = l == m->nlayers - 1;
+        const void *d = m->dbuf[0];
+        cudaDataType_t dt = m->ctype;
+        if (last && !m->half) {
+            d = m->logits;
+            dt = CUDA_R_32F;
+        }
+        g = dw_gemm(m, l, a, d, dt, 1);
+        g.K = B;
+        if (!plan_for(m, &g, B, &rc))
+            return 0;
+        if (l > 0) {
+            g = dx_gemm(m, l, d, m->dbuf[1], 1);
+            g.N = B;
+            if (!plan_for(m, &g, B, &rc))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+static int cuda_forward(model_t *m)
+{
+    if (!m->have_slot)
+        return fail(m, "forward before any upload");
+    const int k = m->slot, B = m->nb[k];
+    const void *a = m->dx[k];
+    if (m->half) {
+        if (launch_cast(m, m->params, m->half, m->nparams) ||
+            launch_cast(m, m->dx[k], m->xh, (size_t)B * m->spec.inputs))
+            return -1;
+        a = m->xh;
+    }
+    for (int l = 0; l < m->nlayers; l++) {
+        const int last = l == m->nlayers - 1;
+        gemm_t g = fwd_gemm(m, l, a, m->fused);
+        g.N = B;
+        if (gemm(m, &g, B))
+            return -1;
+        if (!m->fused && launch_bias_act(m, g.D, g.dt, fwd_bias(m, l), g.M, B, !last))
+            return -1;
+        a = g.D;
+    }
+    k_softmax_xent<<<1, kLossThreads, 0, m->s>>>(m->logits, m->dy[k], B, m->spec.classes, m->acc);
+    m->B = B;
+    return cu(m, cudaGetLastError(), "loss kernel");
+}
+
+static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void *ctx)
+{
+    const int B = m->B, C = m->spec.classes, k = m->slot;
+    if (!B)
+        return fail(m, "backward before forward");
+    /* the loss gradient: float32 in the logits, scaled, in the GEMMs' type */
+    const void *d = m->logits;
+    cudaDataType_t dt = CUDA_R_32F;
+    size_t n = (size_t)B * C;
+    const double *ls = m->where.precision == PRECISION_FP16 ? m->where.loss_scale : NULL;
+    if (m->half) {
+        if (m->ctype == CUDA_R_16BF)
+            k_grad_prep<<<grid_for(n), kThreads, 0, m->s>>>(m->logits, (__nv_bfloat16 *)m->dbuf[0],
+                                                            n, (float)scale, ls);
+        else
+            k_grad_prep<<<grid_for(n), kThreads, 0, m->s>>>(m->logits, (__half *)m->dbuf[0], n,
+                                                            (float)scale, ls);
+        d = m->dbuf[0];
+        dt = m->ctype;
+    } else if (scale != 1.0 || ls) {
+        k_grad_prep<<<grid_for(n), kThreads, 0, m->s>>>(m->logits, m->logits, n, (float)scale, ls);
+    }
+    if (cu(m, cudaGetLastError(), "loss-gradient kernel"))
+        return -1;
+    int ping = m->half ? 1 : 0; /* the dbuf the next data gradient goes to */
+    for (int l = m->nlayers - 1; l >= 0; l--) {
+        const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
+        const int last = l == m->nlayers - 1;
+        const void *a = l == 0 ? (m->half ? m->xh : (const void *)m->dx[k]) : m->act[l - 1];
+        gemm_t g = dw_gemm(m, l, a, d, dt, m->fused);
+        g.K = B;
+        if (gemm(m, &g, B))
+            return -1;
+        if (last && (m->fused ? launch_bias_add(m, db_of(m, l), m->bscratch, CUDA_R_32F, out)
+                              : launch_bias_grad(m, (void *)d, NULL, dt, out, B, db_of(m, l))))
+            return -1;
+        /* layer l's bias is complete (the last: here; the others: at layer l+1) */
+        int rc = cb ? cb(ctx, 2 * l + 1) : 0;
+        if (!rc)
+            rc = cb ? cb(ctx, 2 * l) : 0;
+        if (rc)
+            return rc;
+        if (l == 0)
+            break;
+        void *dprev = m->dbuf[ping];
+        g = dx_gemm(m, l, d, dprev, m->fused);
+        g.N = B;
+        if (gemm(m, &g, B))
+            return -1;
+        if (m->fused ? launch_bias_add(m, db_of(m, l - 1), m->bscratch, m->ctype, in)
+                     : launch_bias_grad(m, dprev, m->act[l - 1], m->ctype, in, B, db_of(m, l - 1)))
+            return -1;
+        d = dprev;
+        dt = m->ctype;
+        ping ^= 1;
+    }
+    return 0;
+}
+
+static int cuda_stats(model_t *m, model_stats_t *st)
+{
+    if (cu(m, cudaMemcpyAsync(m->hacc, m->acc, 4 * sizeof(double), cudaMemcpyDeviceToHost, m->s),
+           "cudaMemcpyAsync") ||
+        cu(m, cudaMemsetAsync(m->acc, 0, 4 * sizeof(double), m->s), "cudaMemsetAsync") ||
+        cu(m, cudaStreamSynchronize(m->s), "cudaStreamSynchronize"))
+        return -1;
+    st->loss_sum = m->hacc[0];
+    st->loss_samples = m->hacc[1];
+    st->correct = m->hacc[2];
+    st->forwards = m->hacc[3];
+    return 0;
+}
+
+static int cuda_params_io(model_t *m, float *host, int to_model)
+{
+    size_t bytes = m->nparams * sizeof(float);
+    cudaError_t e = to_model ? cudaMemcpyAsync(m->params, host, bytes, cudaMemcpyHostToDevice, m->s)
+                             : cudaMemcpyAsync(host, m->params, bytes, cudaMemcpyDeviceToHost, m->s);
+    if (cu(m, e, "cudaMemcpyAsync"))
+        return -1;
+    return cu(m, cudaStreamSynchronize(m->s), "cudaStreamSynchronize");
+}
+
+static const char *cuda_error(model_t *m) { return m->err; }
+
+extern "C" {
+
+const model_ops_t model_cuda_ops = {"cuda",       cuda_create,    cuda_destroy,
+                                    cuda_upload,  cuda_forward,   cuda_backward,
+                                    cuda_stats,   cuda_params_io, cuda_error};
+
+int model_cuda_device_count(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+int model_cuda_open(int device, void **stream, char *err, size_t errlen)
+{
+    cudaStream_t s = NULL;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "model (cuda): GPU %d: %s", device, cudaGetErrorString(e));
+        return -1;
+    }
+    *stream = s;
+    return 0;
+}
+
+void model_cuda_close(void *stream)
+{
+    if (stream) {
+        cudaStreamSynchronize((cudaStream_t)stream);
+        cudaStreamDestroy((cudaStream_t)stream);
+    }
+}
+
+} /* extern "C" */
