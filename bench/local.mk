@@ -15,7 +15,7 @@ bench_ckpt_bench_LDADD = libddpc.la $(HDF5_LIBS)
 
 # gemm_compare.sh builds gemm_bench.c against every CBLAS installed here and
 # compares them (doc/blas.md); by hand, about 15 minutes.
-EXTRA_DIST += bench/gemm_bench.c bench/gemm_compare.sh
+EXTRA_DIST += bench/gemm_bench.c bench/gemm_compare.sh bench/gpu_bench.py bench/torch_mlp.py
 
 # `make bench` builds the DDP benchmarks and runs bench/ddp_bench.sh (issue 3);
 # they are not tests: nothing here runs under `make check`.

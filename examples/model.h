@@ -123,6 +123,16 @@ int model_cuda_device_count(void);       /* CUDA devices visible, 0 on error */
  * DDP engine and the model share; 0, or -1 with the reason in err. */
 int model_cuda_open(int device, void **stream, char *err, size_t errlen);
 void model_cuda_close(void *stream); /* NULL is a no-op */
+/* The input slot (0 or 1) the last upload filled: a CUDA graph of a step
+ * reads one slot, so the trainer keeps one graph per slot. */
+int model_cuda_upload_slot(const model_t *m);
+/* CUDA graphs of whole steps on stream: capture (thread-local mode: a call
+ * that would synchronize invalidates the capture instead of running), end
+ * and instantiate into *exec, launch, free. 0, or -1 with the reason. */
+int model_cuda_capture_begin(void *stream, char *err, size_t errlen);
+int model_cuda_capture_end(void *stream, void **exec, char *err, size_t errlen);
+int model_cuda_graph_launch(void *exec, void *stream, char *err, size_t errlen);
+void model_cuda_graph_free(void *exec); /* NULL is a no-op */
 #endif
 
 #ifdef __cplusplus

@@ -20,9 +20,10 @@
  *   mask, and that layer's bias gradient.
  * The bias gradients come out of the epilogue (which overwrites) into a
  * scratch vector and a small kernel adds them to the gradient arena, which
- * accumulates over micro-steps. Where an epilogue is not offered, every
- * layer uses plain GEMMs and kernels for bias, ReLU and the bias gradients
- * ("unfused"; DDPC_TRAINER_GEMM=unfused forces it, for the tests).
+ * accumulates over micro-steps. Where an epilogue is not offered, its
+ * group (forward, data gradient, last bias gradient) runs as plain
+ * GEMMs and kernels for bias, ReLU and the bias gradients instead
+ * ("unfused"; DDPC_TRAINER_GEMM=unfused forces it for all, for the tests).
  *
  * The loss: one kernel computes softmax, cross-entropy and the argmax of
  * every row and overwrites the logits with their gradient (p - onehot(y))/B
@@ -64,8 +65,13 @@ constexpr int kPlans = 64;
 
 enum gemm_kind { G_FWD, G_DW, G_DX };
 
+/* The epilogue groups, each used where cuBLASLt offers it for every layer:
+ * the forward's bias (+ ReLU and its mask), the data gradient's ReLU and
+ * bias gradient (needs the forward's mask), the last bias gradient. */
+enum { FUSE_FWD = 1, FUSE_DX = 2, FUSE_BGRAD = 4, FUSE_ALL = 7 };
+
 struct plan {
-    int used, layer, kind, B;
+    int used, layer, kind, B, epi;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -194,7 +200,8 @@ __global__ void k_bias_grad(T *d, const T *act, int n, int B, float *db)
 struct model {
     model_spec_t spec;
     model_place_t where;
-    int nlayers, max_batch, fused;
+    int nlayers, max_batch;
+    int fuse;                  /* FUSE_* bits: the epilogues in use */
     size_t nparams;
     size_t esize;              /* bytes of an element of the GEMMs' type */
     cudaDataType_t ctype;      /* that type */
@@ -210,7 +217,7 @@ struct model {
     int slot, have_slot, nb[2];
     void *xh;                  /* bf16/fp16: (max_batch, inputs) cast of x */
     void *act[MODEL_MAX_LAYERS];   /* hidden outputs (max_batch, out), GEMM type */
-    unsigned char *mask[MODEL_MAX_LAYERS]; /* their ReLU bit-masks (fused) */
+    unsigned char *mask[MODEL_MAX_LAYERS]; /* their ReLU bit-masks (FUSE_FWD) */
     int64_t mask_ld[MODEL_MAX_LAYERS];     /* bits, a multiple of 128 */
     float *logits;             /* (max_batch, classes) float32, then its gradient */
     void *dbuf[2];             /* (max_batch, widest) gradient ping-pong, GEMM type */
@@ -333,7 +340,8 @@ static plan *plan_for(model_t *m, const gemm_t *g, int B, int *rc)
     *rc = 0;
     for (int i = 0; i < kPlans; i++) {
         plan *p = &m->plans[i];
-        if (p->used && p->layer == g->layer && p->kind == g->kind && p->B == B)
+        if (p->used && p->layer == g->layer && p->kind == g->kind && p->B == B &&
+            p->epi == (int)g->epi)
             return p;
     }
     plan *p = &m->plans[m->next_plan];
@@ -409,6 +417,7 @@ static plan *plan_for(model_t *m, const gemm_t *g, int B, int *rc)
     p->layer = g->layer;
     p->kind = g->kind;
     p->B = B;
+    p->epi = (int)g->epi;
     return p;
 }
 
@@ -532,9 +541,9 @@ static int dalloc(model_t *m, void **p, size_t bytes, const char *what)
     return 0;
 }
 
-/* The fused epilogues for batch B: offered for every layer's GEMM? (Plans
- * them, so the first step finds them made.) */
-static int fused_offered(model_t *m, int B);
+/* The FUSE_* groups cuBLASLt offers for batch B in every layer (planning
+ * them, so the first step finds them made); why not in why. */
+static int fused_offered(model_t *m, int B, char *why, size_t n);
 
 static model_t *cuda_create(const model_spec_t *s, const model_place_t *where, int max_batch,
                             float *params, float *grads, char *err, size_t errlen)
@@ -605,14 +614,18 @@ static model_t *cuda_create(const model_spec_t *s, const model_place_t *where, i
              !dalloc(m, &m->xh, B * s->inputs * m->esize, "the half copy of a batch");
     if (ok) {
         const char *force = getenv("DDPC_TRAINER_GEMM");
+        char why[512] = "";
         if (force && !strcmp(force, "unfused")) {
-            m->fused = 0;
+            m->fuse = 0;
         } else {
-            m->fused = fused_offered(m, max_batch);
-            if (!m->fused && force && !strcmp(force, "fused"))
-                ok = 0; /* the reason is in m->err */
-            else if (!m->fused)
-                fprintf(stderr, "trainer: %s; using unfused GEMMs\n", m->err);
+            m->fuse = fused_offered(m, max_batch, why, sizeof why);
+            if (m->fuse != FUSE_ALL && force && !strcmp(force, "fused")) {
+                ok = 0;
+                fail(m, "DDPC_TRAINER_GEMM=fused: %s", why);
+            } else if (m->fuse != FUSE_ALL) {
+                fprintf(stderr, "trainer: GPU %d: %s: those epilogues run as separate kernels\n",
+                        where->device, why);
+            }
         }
     }
     if (!ok) {
@@ -655,7 +668,7 @@ static int cuda_upload(model_t *m, const float *x, const uint8_t *y, int B)
 }
 
 /* The forward GEMM of layer l on input a (GEMM type), output out. */
-static gemm_t fwd_gemm(model_t *m, int l, const void *a, int fused)
+static gemm_t fwd_gemm(model_t *m, int l, const void *a, int fuse)
 {
     const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
     const int last = l == m->nlayers - 1;
@@ -680,7 +693,7 @@ static gemm_t fwd_gemm(model_t *m, int l, const void *a, int fused)
     g.alpha = 1.0f;
     g.beta = 0.0f;
     g.epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if (fused) {
+    if (fuse & FUSE_FWD) {
         g.bias = (void *)fwd_bias(m, l);
         g.epi = last ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
         if (!last) {
@@ -693,7 +706,7 @@ static gemm_t fwd_gemm(model_t *m, int l, const void *a, int fused)
 
 /* The weight-gradient GEMM of layer l: dW += a * d^T */
 static gemm_t dw_gemm(model_t *m, int l, const void *a, const void *d, cudaDataType_t dtype,
-                      int fused)
+                      int fuse)
 {
     const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
     gemm_t g;
@@ -717,7 +730,7 @@ static gemm_t dw_gemm(model_t *m, int l, const void *a, const void *d, cudaDataT
     g.alpha = 1.0f;
     g.beta = 1.0f;
     g.epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if (fused && l == m->nlayers - 1) { /* the last bias gradient, float32 (D's type) */
+    if ((fuse & FUSE_BGRAD) && l == m->nlayers - 1) { /* the last bias gradient, float32 (D's type) */
         g.epi = CUBLASLT_EPILOGUE_BGRADB;
         g.bias = m->bscratch;
     }
@@ -725,7 +738,7 @@ static gemm_t dw_gemm(model_t *m, int l, const void *a, const void *d, cudaDataT
 }
 
 /* The data-gradient GEMM of layer l > 0: dprev = W d, through layer l-1's ReLU */
-static gemm_t dx_gemm(model_t *m, int l, const void *d, void *dprev, int fused)
+static gemm_t dx_gemm(model_t *m, int l, const void *d, void *dprev, int fuse)
 {
     const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
     gemm_t g;
@@ -749,7 +762,7 @@ static gemm_t dx_gemm(model_t *m, int l, const void *d, void *dprev, int fused)
     g.alpha = 1.0f;
     g.beta = 0.0f;
     g.epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if (fused) { /* layer l-1's bias gradient in D's type */
+    if ((fuse & FUSE_DX) && (fuse & FUSE_FWD)) { /* layer l-1's bias gradient, D's type */
         g.epi = CUBLASLT_EPILOGUE_DRELU_BGRAD;
         g.bias = m->bscratch;
         g.aux = m->mask[l - 1];
@@ -758,34 +771,41 @@ static gemm_t dx_gemm(model_t *m, int l, const void *d, void *dprev, int fused)
     return g;
 }
 
-static int fused_offered(model_t *m, int B)
+static int fused_offered(model_t *m, int B, char *why, size_t n)
 {
-    int rc;
+    int rc, fuse = FUSE_ALL;
+    size_t k = 0;
+    why[0] = 0;
     for (int l = 0; l < m->nlayers; l++) {
-        const void *a = l == 0 ? (m->half ? m->xh : (void *)m->dx[0]) : m->act[l - 1];
-        gemm_t g = fwd_gemm(m, l, a, 1);
-        g.N = B;
-        if (!plan_for(m, &g, B, &rc))
-            return 0;
         const int last = l == m->nlayers - 1;
-        const void *d = m->dbuf[0];
-        cudaDataType_t dt = m->ctype;
-        if (last && !m->half) {
-            d = m->logits;
-            dt = CUDA_R_32F;
-        }
-        g = dw_gemm(m, l, a, d, dt, 1);
-        g.K = B;
-        if (!plan_for(m, &g, B, &rc))
-            return 0;
+        const void *a = l == 0 ? (m->half ? m->xh : (void *)m->dx[0]) : m->act[l - 1];
+        const void *d = last && !m->half ? (const void *)m->logits : m->dbuf[0];
+        cudaDataType_t dt = last && !m->half ? CUDA_R_32F : m->ctype;
+        gemm_t g[3];
+        int bit[3] = {FUSE_FWD, FUSE_BGRAD, FUSE_DX};
+        g[0] = fwd_gemm(m, l, a, FUSE_ALL);
+        g[0].N = B;
+        g[1] = dw_gemm(m, l, a, d, dt, FUSE_ALL);
+        g[1].K = B;
+        const int ng = l > 0 ? 3 : 2; /* layer 0 has no data gradient */
         if (l > 0) {
-            g = dx_gemm(m, l, d, m->dbuf[1], 1);
-            g.N = B;
-            if (!plan_for(m, &g, B, &rc))
-                return 0;
+            g[2] = dx_gemm(m, l, d, m->dbuf[1], FUSE_ALL);
+            g[2].N = B;
+        }
+        for (int i = 0; i < ng; i++) {
+            if (!(fuse & bit[i]) || g[i].epi == CUBLASLT_EPILOGUE_DEFAULT)
+                continue;
+            if (!plan_for(m, &g[i], B, &rc)) {
+                fuse &= ~bit[i];
+                if (k < n)
+                    k += (size_t)snprintf(why + k, n - k, "%s%s", k ? "; " : "",
+                                          m->err + strlen("model (cuda): "));
+            }
         }
     }
-    return 1;
+    if (!(fuse & FUSE_FWD)) /* the data gradient's epilogue needs the forward's mask */
+        fuse &= ~FUSE_DX;
+    return fuse;
 }
 
 static int cuda_forward(model_t *m)
@@ -802,11 +822,11 @@ static int cuda_forward(model_t *m)
     }
     for (int l = 0; l < m->nlayers; l++) {
         const int last = l == m->nlayers - 1;
-        gemm_t g = fwd_gemm(m, l, a, m->fused);
+        gemm_t g = fwd_gemm(m, l, a, m->fuse);
         g.N = B;
         if (gemm(m, &g, B))
             return -1;
-        if (!m->fused && launch_bias_act(m, g.D, g.dt, fwd_bias(m, l), g.M, B, !last))
+        if (!(m->fuse & FUSE_FWD) && launch_bias_act(m, g.D, g.dt, fwd_bias(m, l), g.M, B, !last))
             return -1;
         a = g.D;
     }
@@ -844,11 +864,11 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
         const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
         const int last = l == m->nlayers - 1;
         const void *a = l == 0 ? (m->half ? m->xh : (const void *)m->dx[k]) : m->act[l - 1];
-        gemm_t g = dw_gemm(m, l, a, d, dt, m->fused);
+        gemm_t g = dw_gemm(m, l, a, d, dt, m->fuse);
         g.K = B;
         if (gemm(m, &g, B))
             return -1;
-        if (last && (m->fused ? launch_bias_add(m, db_of(m, l), m->bscratch, CUDA_R_32F, out)
+        if (last && ((m->fuse & FUSE_BGRAD) ? launch_bias_add(m, db_of(m, l), m->bscratch, CUDA_R_32F, out)
                               : launch_bias_grad(m, (void *)d, NULL, dt, out, B, db_of(m, l))))
             return -1;
         /* layer l's bias is complete (the last: here; the others: at layer l+1) */
@@ -860,11 +880,11 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
         if (l == 0)
             break;
         void *dprev = m->dbuf[ping];
-        g = dx_gemm(m, l, d, dprev, m->fused);
+        g = dx_gemm(m, l, d, dprev, m->fuse);
         g.N = B;
         if (gemm(m, &g, B))
             return -1;
-        if (m->fused ? launch_bias_add(m, db_of(m, l - 1), m->bscratch, m->ctype, in)
+        if ((m->fuse & FUSE_DX) ? launch_bias_add(m, db_of(m, l - 1), m->bscratch, m->ctype, in)
                      : launch_bias_grad(m, dprev, m->act[l - 1], m->ctype, in, B, db_of(m, l - 1)))
             return -1;
         d = dprev;
@@ -924,6 +944,54 @@ int model_cuda_open(int device, void **stream, char *err, size_t errlen)
     }
     *stream = s;
     return 0;
+}
+
+int model_cuda_upload_slot(const model_t *m) { return m->slot; }
+
+static int graph_fail(char *err, size_t errlen, const char *call, cudaError_t e)
+{
+    snprintf(err, errlen, "%s: %s", call, cudaGetErrorString(e));
+    return -1;
+}
+
+int model_cuda_capture_begin(void *stream, char *err, size_t errlen)
+{
+    cudaError_t e = cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeThreadLocal);
+    return e == cudaSuccess ? 0 : graph_fail(err, errlen, "cudaStreamBeginCapture", e);
+}
+
+int model_cuda_capture_end(void *stream, void **exec, char *err, size_t errlen)
+{
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    *exec = NULL;
+    cudaError_t e = cudaStreamEndCapture((cudaStream_t)stream, &g);
+    if (e != cudaSuccess) {
+        if (g)
+            cudaGraphDestroy(g);
+        cudaGetLastError(); /* the capture's error is reported here, not sticky */
+        return graph_fail(err, errlen, "cudaStreamEndCapture", e);
+    }
+    e = cudaGraphInstantiate(&x, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return graph_fail(err, errlen, "cudaGraphInstantiate", e);
+    }
+    *exec = x;
+    return 0;
+}
+
+int model_cuda_graph_launch(void *exec, void *stream, char *err, size_t errlen)
+{
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream);
+    return e == cudaSuccess ? 0 : graph_fail(err, errlen, "cudaGraphLaunch", e);
+}
+
+void model_cuda_graph_free(void *exec)
+{
+    if (exec)
+        cudaGraphExecDestroy((cudaGraphExec_t)exec);
 }
 
 void model_cuda_close(void *stream)

@@ -51,6 +51,8 @@ const char *options_usage(void)
            "  --hidden W1,W2,...    mlp hidden widths, at most 8 layers (default 256,128)\n"
            "  --device cpu|cuda|auto  where to train (default auto: cuda if usable, else cpu)\n"
            "  --threads N           BLAS threads per rank (default: cores / ranks on the node)\n"
+           "  --cuda-graph on|off   cuda: capture a whole step (kernels, NCCL, optimizer)\n"
+           "                        after warm-up and replay it (default off)\n"
            "  --precision fp32|bf16|fp16  GEMM arithmetic; float32 master weights either way,\n"
            "                        fp16 with dynamic loss scaling; bf16/fp16 need cuda\n"
            "                        (default fp32)\n"
@@ -161,7 +163,7 @@ static const char *const with_value[] = {
     "--data", "--model", "--hidden", "--epochs", "--max-steps", "--batch-size", "--optimizer",
     "--lr", "--momentum", "--weight-decay", "--grad-accum", "--clip", "--seed", "--ckpt-dir",
     "--ckpt-every", "--ckpt-keep", "--resume", "--metrics", "--device", "--log-every",
-    "--stop-check-every", "--threads", "--precision", "--grad-dtype", NULL};
+    "--stop-check-every", "--threads", "--precision", "--grad-dtype", "--cuda-graph", NULL};
 static const char *const flags[] = {"--help", "--print-crc-all", "--quiet", NULL};
 
 static int in_list(const char *const *list, const char *s)
@@ -290,6 +292,13 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
                 o->precision = PRECISION_FP16;
             else
                 return bad(err, n, "--precision \"%s\": expected fp32, bf16 or fp16", v);
+        } else if (!strcmp(name, "--cuda-graph")) {
+            if (!strcmp(v, "on"))
+                o->cuda_graph = 1;
+            else if (!strcmp(v, "off"))
+                o->cuda_graph = 0;
+            else
+                return bad(err, n, "--cuda-graph \"%s\": expected on or off", v);
         } else if (!strcmp(name, "--grad-dtype")) {
             if (!strcmp(v, "fp32"))
                 o->grad_dtype = DDPC_F32;

@@ -44,6 +44,7 @@ typedef struct {
     device_kind_t device;    /* --device cpu|cuda|auto */
     model_precision_t precision; /* --precision fp32|bf16|fp16 (bf16/fp16: cuda) */
     ddpc_dtype_t grad_dtype; /* --grad-dtype fp32|bf16|fp16: the all-reduce's wire type */
+    int cuda_graph;          /* --cuda-graph on|off: replay whole steps as CUDA graphs */
     int64_t log_every;       /* --log-every STEPS (0: about 10 lines per epoch) */
     int stop_check_every;    /* --stop-check-every K: steps between preemption votes */
     int threads;             /* --threads N: BLAS threads per rank (0: cores / local ranks) */

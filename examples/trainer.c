@@ -35,6 +35,9 @@
 #define PIXEL_MEAN 0.2860f
 #define PIXEL_STD 0.3530f
 #define EVAL_BATCH 1000
+/* --cuda-graph: eager steps before the first capture (cuBLASLt's plans,
+ * NCCL's first collectives, the engine's missing-gradient check) */
+#define GRAPH_WARMUP 3
 
 /* ------------------------------------------------------------------ signals */
 /* Set by the handler, read at step boundaries: the only thing the handler does. */
@@ -108,6 +111,8 @@ typedef struct {
     model_t *model;
     size_t nparams;                 /* floats in the parameter arena */
     float *hparams;                 /* (nparams,) host: initialization, checksums */
+    int graphs;                     /* --cuda-graph on and possible here */
+    void *graph_exec[2];            /* a captured step per input slot (cudaGraphExec_t) */
     ddpc_idx_t train, test;
     ddpc_sampler_t sampler;
     ddpc_loader_t loader;
@@ -127,6 +132,7 @@ typedef struct {
     float *eval_x;                  /* (EVAL_BATCH, dim) */
     uint8_t *eval_y;
     size_t *eval_idx;
+    double t_start;                 /* now() at start */
     double train_s;                 /* seconds spent in training steps */
     double samples_run;             /* global samples trained in this run */
     int64_t steps_run;
@@ -542,6 +548,73 @@ typedef struct {
     double samples;   /* samples */
 } stats_t;
 
+#ifdef TRAINER_HAVE_CUDA_MODEL
+static void graph_off(trainer_t *t, const char *why)
+{
+    t->graphs = 0;
+    fprintf(stderr, "trainer[rank %d/%d %s]: --cuda-graph on: %s; training on without CUDA "
+            "graphs\n", t->rank, t->size, t->w->host, why);
+}
+
+/* With --cuda-graph on: the step of the batch just uploaded, as a CUDA graph
+ * (captured the first time for its input slot, then launched). 1 when done
+ * so, 0 to run it eagerly (a partial batch, the warm-up, or a capture that
+ * failed at its end, when nothing ran yet). A failure in the middle of a
+ * capture leaves the engine inside a step: the job ends. */
+static int graph_step(trainer_t *t, int n)
+{
+    if (!t->graphs || n != t->opt.batch_size || t->steps_run < GRAPH_WARMUP)
+        return 0;
+    int slot = model_cuda_upload_slot(t->model);
+    char err[512];
+    if (!t->graph_exec[slot]) {
+        if (model_cuda_capture_begin(t->stream, err, sizeof err)) {
+            graph_off(t, err);
+            return 0;
+        }
+        const char *why = NULL;
+        if (ddpc_ddp_set_sync(t->ddp, 1) != DDPC_OK || ddpc_ddp_zero_grad(t->ddp) != DDPC_OK)
+            why = ddpc_ddp_last_error(t->ddp);
+        else if (t->ops->forward(t->model))
+            why = t->ops->error(t->model);
+        else {
+            int brc = t->ops->backward(t->model, 1.0, grad_ready, t->ddp);
+            if (brc)
+                why = brc < 0 ? t->ops->error(t->model) : ddpc_ddp_last_error(t->ddp);
+            else if (ddpc_ddp_wait(t->ddp) != DDPC_OK || ddpc_optim_step(t->optim, NULL) != DDPC_OK)
+                why = ddpc_ddp_last_error(t->ddp);
+        }
+        void *exec = NULL;
+        int erc = model_cuda_capture_end(t->stream, &exec, err, sizeof err);
+        if (why) {
+            char m[1400];
+            snprintf(m, sizeof m, "capturing step %lld%s%s: %s (--cuda-graph off trains "
+                     "without graphs)", (long long)t->step + 1, erc ? ", " : "", erc ? err : "",
+                     why);
+            model_cuda_graph_free(exec);
+            fatal(t, "cuda graph", m);
+        }
+        if (erc) {
+            graph_off(t, err);
+            return 0;
+        }
+        t->graph_exec[slot] = exec;
+    }
+    if (model_cuda_graph_launch(t->graph_exec[slot], t->stream, err, sizeof err))
+        fatal(t, "cuda graph", err);
+    if (ddpc_comm_watch(t->dcomm, "a CUDA graph of one training step") != DDPC_OK)
+        fatal(t, "cuda graph", ddpc_last_error(t->rt));
+    return 1;
+}
+#else
+static int graph_step(trainer_t *t, int n)
+{
+    (void)t;
+    (void)n;
+    return 0;
+}
+#endif
+
 /* One optimizer step: k micro-batches (gradient accumulation), the last one
  * synchronizing. Returns the samples this rank used (0: the epoch is over). */
 static size_t step(trainer_t *t, int k, stats_t *st)
@@ -555,6 +628,12 @@ static size_t step(trainer_t *t, int k, stats_t *st)
             fatal(t, "data", "the loader ran out of batches inside an accumulation window");
         if (t->ops->upload(t->model, b.x, b.y, (int)b.n))
             model_fatal(t, "data");
+        if (k == 1 && graph_step(t, (int)b.n)) {
+            st->batches += 1;
+            st->samples += (double)b.n;
+            t->step++;
+            return b.n;
+        }
         ddpc_status_t s = ddpc_ddp_set_sync(t->ddp, m == k - 1);
         if (s == DDPC_OK && m == 0)
             s = ddpc_ddp_zero_grad(t->ddp);
@@ -635,9 +714,10 @@ static void log_progress(trainer_t *t, stats_t *st, int64_t step_in_epoch, doubl
             (unsigned long long)t->epoch + 1, t->opt.epochs, (long long)step_in_epoch,
             (long long)t->steps_per_epoch, (long long)t->step, loss, acc, sps, eta);
     metric(t, "{\"event\":\"log\",\"epoch\":%llu,\"step\":%lld,\"loss\":%.6f,\"train_acc\":%.6f,"
-              "\"samples_per_s\":%.1f,\"lr\":%g,\"eta_s\":%.1f}",
+              "\"samples_per_s\":%.1f,\"lr\":%g,\"eta_s\":%.1f,\"time_s\":%.6f}",
            (unsigned long long)t->epoch + 1, (long long)t->step, loss, acc, sps,
-           ddpc_optim_config(t->optim)->lr, per_step * (double)(total - t->step));
+           ddpc_optim_config(t->optim)->lr, per_step * (double)(total - t->step),
+           now() - t->t_start);
 }
 
 typedef enum { RUN_EPOCH_DONE, RUN_MAX_STEPS, RUN_STOPPED, RUN_FAILED } run_t;
@@ -687,6 +767,7 @@ int main(int argc, char **argv)
     memset(t, 0, sizeof *t);
     t->eval_step = -1;
     t->saved_step = -1;
+    t->t_start = now();
     options_default(&t->opt);
     char perr[512];
     int prc = options_parse(&t->opt, argc, argv, perr, sizeof perr);
@@ -770,6 +851,17 @@ int main(int argc, char **argv)
         if (ddpc_comm_create(t->rt, &cc, &t->dcomm) != DDPC_OK) { /* fails on every rank */
             fprintf(stderr, "trainer: %s\n", ddpc_last_error(t->rt));
             goto out;
+        }
+        t->graphs = o->cuda_graph;
+        if (t->graphs && ddpc_comm_backend(t->dcomm) != DDPC_BACKEND_NCCL) {
+            t->graphs = 0;
+            say(t, "trainer: --cuda-graph on: the %s backend runs host code in each all-reduce "
+                "and cannot be captured; training without CUDA graphs\n",
+                ddpc_backend_name(ddpc_comm_backend(t->dcomm)));
+        } else if (t->graphs && o->grad_accum != 1) {
+            t->graphs = 0;
+            say(t, "trainer: --cuda-graph on: captures steps of one micro-batch "
+                "(--grad-accum 1); training without CUDA graphs\n");
         }
     }
 #endif
@@ -885,6 +977,10 @@ out:
     ddpc_sampler_destroy(t->sampler);
     ddpc_idx_close(t->train);
     ddpc_idx_close(t->test);
+#ifdef TRAINER_HAVE_CUDA_MODEL
+    for (int i = 0; i < 2; i++)
+        model_cuda_graph_free(t->graph_exec[i]);
+#endif
     if (t->model)
         t->ops->destroy(t->model);
     ddpc_optim_destroy(t->optim);

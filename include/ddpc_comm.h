@@ -150,6 +150,17 @@ DDPC_API ddpc_status_t ddpc_barrier(ddpc_comm_t c);
 DDPC_API ddpc_status_t ddpc_work_test(ddpc_work_t w, int *done);
 DDPC_API ddpc_status_t ddpc_work_wait(ddpc_work_t w, double timeout_s);
 
+/* CUDA graphs. A collective issued while the communicator's stream is being
+ * captured (cudaStreamBeginCapture) joins the graph (nccl; NCCL >= 2.9.6):
+ * its work handle's wait makes the stream wait inside the graph, and the
+ * watchdog does not track it, since nothing runs until the graph is
+ * launched. After each launch of such a graph on that stream, call
+ * ddpc_comm_watch: the work queued on the stream so far then has DDPC_TIMEOUT
+ * to complete, or the watchdog aborts the communicators as for a stuck
+ * collective, naming `what` ("a CUDA graph of one training step"). Not
+ * collective; host backends need no watch (DDPC_OK, nothing done). */
+DDPC_API ddpc_status_t ddpc_comm_watch(ddpc_comm_t c, const char *what);
+
 /* Sequence number of the next collective on this communicator (all ranks agree). */
 DDPC_API uint64_t ddpc_comm_seq(ddpc_comm_t c);
 

@@ -118,6 +118,16 @@ DDPC_API ddpc_status_t ddpc_ddp_grad_ready(ddpc_ddp_t ddp, int index);
  * the host), as PyTorch's DDP does. */
 DDPC_API ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t ddp);
 
+/* CUDA graphs: on the nccl backend a whole step (zero_grad, the model's
+ * kernels with their grad_ready calls, wait, ddpc_optim_step) issues only
+ * work on the compute and NCCL streams, so it can be captured with
+ * cudaStreamBeginCapture on the engine's stream and replayed; after each
+ * launch call ddpc_comm_watch on the engine's communicator. Inside a
+ * capture wait skips the missing-gradient check (the eager steps before the
+ * capture made it), and the optimizer's hyper-parameters (lr) are the
+ * graph's: a change needs a new capture. mpi-staged runs host code on its
+ * progress thread and cannot be captured. */
+
 /* Message of the last failure on this engine (prefixed with rank). */
 DDPC_API const char *ddpc_ddp_last_error(ddpc_ddp_t ddp);
 DDPC_API ddpc_comm_t ddpc_ddp_comm(ddpc_ddp_t ddp);

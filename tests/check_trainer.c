@@ -92,8 +92,10 @@ START_TEST(options_values)
     ck_assert_int_eq(o.threads, 2);
     ck_assert_int_eq(o.grad_dtype, DDPC_BF16);
     ck_assert_int_eq(o.precision, PRECISION_FP32);
-    PARSE_OK(&o, "--precision", "fp16", "--device", "cuda");
+    ck_assert_int_eq(o.cuda_graph, 0);
+    PARSE_OK(&o, "--precision", "fp16", "--device", "cuda", "--cuda-graph", "on");
     ck_assert_int_eq(o.precision, PRECISION_FP16);
+    ck_assert_int_eq(o.cuda_graph, 1);
     ck_assert_int_eq(o.device, DEVICE_CUDA);
     PARSE_OK(&o, "--model", "linear", "--ckpt-dir", "none", "--resume", "never");
     ck_assert_int_eq(o.model.kind, MODEL_LINEAR);
@@ -122,6 +124,7 @@ START_TEST(options_errors)
     PARSE_BAD("--precision \"fp8\"", "fp32, bf16 or fp16", "--precision", "fp8");
     PARSE_BAD("--precision bf16", "--device cuda", "--precision", "bf16", "--device", "cpu");
     PARSE_BAD("--grad-dtype \"int8\"", "fp32, bf16 or fp16", "--grad-dtype", "int8");
+    PARSE_BAD("--cuda-graph \"yes\"", "on or off", "--cuda-graph", "yes");
     PARSE_BAD("--hidden \"1024,,8\"", "widths", "--hidden", "1024,,8");
     PARSE_BAD("--hidden \"0\"", "widths", "--hidden", "0");
     PARSE_BAD("--hidden", "at most 8", "--hidden", "1,2,3,4,5,6,7,8,9");

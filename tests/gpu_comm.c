@@ -416,6 +416,50 @@ static void check_synchronize(ddpc_comm_t c, size_t n)
     EXPECT_F32("iallreduce completed by ddpc_comm_synchronize", hY, hW, n, 0);
 }
 
+/* nccl: an iallreduce captured into a CUDA graph with the kernel-free work
+ * around it (a copy in, the wait) runs only when the graph is launched, each
+ * launch reduces again, and ddpc_comm_watch holds the launch to the
+ * watchdog's deadline; other backends: watch does nothing. */
+static void check_graph(ddpc_comm_t c, size_t n)
+{
+    if (on_host || ddpc_comm_backend(c) != DDPC_BACKEND_NCCL) {
+        EXPECT_STATUS(ddpc_comm_watch(c, "nothing"), DDPC_OK);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        hP[i] = ival(i, rank, 14);
+    CU(cudaMemsetAsync(dX, 0, n * 4, strm));
+    CU(cudaStreamSynchronize(strm));
+    uint64_t seq = ddpc_comm_seq(c);
+    cudaGraph_t g;
+    cudaGraphExec_t x;
+    CU(cudaStreamBeginCapture(strm, cudaStreamCaptureModeThreadLocal));
+    CU(cudaMemcpyAsync(dX, hP, n * 4, cudaMemcpyHostToDevice, strm));
+    ddpc_work_t w;
+    OK(ddpc_iallreduce(c, dX, dX, n, DDPC_F32, DDPC_SUM, &w));
+    OK(ddpc_work_wait(w, -1));
+    CU(cudaStreamEndCapture(strm, &g));
+    CU(cudaGraphInstantiate(&x, g, 0));
+    EXPECT_EQ_INT(ddpc_comm_seq(c), seq + 1);
+    download(hY, dX, n * 4); /* captured, not run: still zero */
+    for (size_t i = 0; i < n; i++)
+        hW[i] = 0.0f;
+    EXPECT_F32("iallreduce inside a capture, before the graph is launched", hY, hW, n, 0);
+    for (int k = 0; k < 2; k++) {
+        CU(cudaGraphLaunch(x, strm));
+        OK(ddpc_comm_watch(c, "a test graph"));
+        OK(ddpc_comm_synchronize(c, 60));
+        CU(cudaStreamSynchronize(strm));
+        download(hY, dX, n * 4);
+        for (size_t i = 0; i < n; i++)
+            hW[i] = sum_over_ranks(i, 14);
+        EXPECT_F32("iallreduce replayed from a CUDA graph", hY, hW, n, 0);
+    }
+    EXPECT_STATUS(ddpc_comm_status(c), DDPC_OK);
+    CU(cudaGraphExecDestroy(x));
+    CU(cudaGraphDestroy(g));
+}
+
 /* ------------------------------------------------------------------ bandwidth */
 
 static int cmp_double(const void *a, const void *b)
@@ -525,6 +569,7 @@ static void run_backend(ddpc_backend_t be)
     check_two_in_flight(c, (3 << 20) + 7, 1000);
     check_stream_order(c, (3 << 20) + 7);
     check_synchronize(c, (3 << 20) + 7);
+    check_graph(c, (3 << 20) + 7);
 
     const char *b = getenv("GPU_COMM_BENCH");
     if (b && !strcmp(b, "1"))

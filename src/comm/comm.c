@@ -18,7 +18,7 @@
 #define MOD "comm"
 
 const char *const comm_op_names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
-                                     "barrier"};
+                                     "barrier", "watch"};
 
 /* ------------------------------------------------------------------ dtypes */
 
@@ -43,6 +43,11 @@ const char *ddpc_backend_name(ddpc_backend_t b)
 
 void comm_describe(const struct ddpc_work *w, char *s, size_t n)
 {
+    if (w->kind == OP_WATCH) {
+        snprintf(s, n, "%s (issued after collective #%llu)", w->label,
+                 (unsigned long long)w->seq - 1);
+        return;
+    }
     snprintf(s, n, "%s #%llu (%zu x %s, root %d)", comm_op_names[w->kind],
              (unsigned long long)w->seq, w->count, ddpc_dtype_name(w->dt), w->root);
 }
@@ -528,6 +533,29 @@ static ddpc_status_t submit(ddpc_comm_t c, op_kind_t kind, const void *send, voi
     }
     *out = w;
     return DDPC_OK;
+}
+
+ddpc_status_t ddpc_comm_watch(ddpc_comm_t c, const char *what)
+{
+    if (!c)
+        return DDPC_ERR_INVALID;
+    if (!c->ops->watch)
+        return DDPC_OK;
+    struct ddpc_work *w = calloc(1, sizeof *w);
+    if (!w)
+        return ddpc_err(c->rt, DDPC_ERR_NOMEM, MOD, "cannot allocate a work handle");
+    w->comm = c;
+    w->kind = OP_WATCH;
+    w->t_enqueue = ddpc_now();
+    w->deadline = w->t_enqueue + c->rt->cfg.timeout_s;
+    snprintf(w->label, sizeof w->label, "%s", what && *what ? what : "work on the stream");
+    pthread_mutex_lock(&c->mu);
+    w->seq = c->seq; /* no collective: the count does not move */
+    ddpc_status_t st = c->ops->watch(c, w);
+    pthread_mutex_unlock(&c->mu);
+    if (st)
+        free(w);
+    return st;
 }
 
 ddpc_status_t ddpc_work_test(ddpc_work_t w, int *done)

@@ -10,7 +10,11 @@
 #include <pthread.h>
 #include <time.h>
 
-typedef enum { OP_ALLREDUCE, OP_BCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER } op_kind_t;
+/* OP_WATCH is no collective: ddpc_comm_watch's deadline on the work queued on
+ * the caller's stream (a CUDA graph replay), for the nccl watchdog. */
+typedef enum {
+    OP_ALLREDUCE, OP_BCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER, OP_WATCH
+} op_kind_t;
 extern const char *const comm_op_names[];
 
 struct ddpc_work {
@@ -32,6 +36,7 @@ struct ddpc_work {
     void *ev_ready;  /* device backends: cudaEvent_t recorded on the caller's stream */
     void *ev_done;   /* nccl: cudaEvent_t recorded on the communication stream */
     char err[DDPC_ERRMSG_LEN];
+    char label[96];  /* OP_WATCH: what the caller said it is */
 };
 
 struct ddpc_comm;
@@ -46,6 +51,8 @@ typedef struct comm_ops {
     ddpc_status_t (*synchronize)(struct ddpc_comm *c, double timeout_s);
     void (*abort)(struct ddpc_comm *c);
     void (*destroy)(struct ddpc_comm *c);
+    /* OP_WATCH (c->mu held; NULL: the backend's own waits enforce the timeout) */
+    ddpc_status_t (*watch)(struct ddpc_comm *c, struct ddpc_work *w);
 } comm_ops_t;
 
 struct ddpc_comm {

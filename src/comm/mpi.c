@@ -131,6 +131,7 @@ static int run_host(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
             comm_divide(w->recv, w->count, w->dt, c->size);
         break;
     case OP_BARRIER: rc = MPI_Barrier(m->mpi); break;
+    case OP_WATCH: rc = MPI_ERR_OTHER; break; /* not a collective: never submitted */
     }
     return rc;
 }
@@ -252,6 +253,7 @@ static int run_staged(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
         break;
     }
     case OP_BARRIER: rc = MPI_Barrier(m->mpi); break;
+    case OP_WATCH: rc = MPI_ERR_OTHER; break; /* not a collective: never submitted */
     }
     return rc;
 }
@@ -436,7 +438,7 @@ static void mpi_destroy(struct ddpc_comm *c)
 }
 
 static const comm_ops_t mpi_ops = {mpi_submit, mpi_test,  mpi_wait,
-                                   mpi_synchronize, mpi_abort, mpi_destroy};
+                                   mpi_synchronize, mpi_abort, mpi_destroy, NULL};
 
 ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged)
 {

@@ -166,6 +166,8 @@ static ncclResult_t issue(struct ddpc_comm *c, nccl_impl_t *n, struct ddpc_work 
         return ncclReduceScatter(w->send, w->recv, w->count, t, nccl_op(w->op), n->nc, n->stream);
     case OP_BARRIER:
         return ncclAllReduce(n->scratch, n->scratch, 1, ncclInt32, ncclSum, n->nc, n->stream);
+    case OP_WATCH: /* not a collective: nccl_watch */
+        break;
     }
     return ncclInvalidArgument;
 }
@@ -181,7 +183,13 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
     cudaEvent_t ready = comm_events_get(&n->events), done = comm_events_get(&n->events);
     w->ev_ready = ready;
     w->ev_done = done;
+    /* Inside a CUDA graph capture of the caller's stream the events are the
+     * graph's edges, not things to query: the collective joins the graph and
+     * the watchdog watches the graph's replays instead (ddpc_comm_watch). */
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     cudaError_t e = ready && done ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess)
+        e = cudaStreamIsCapturing((cudaStream_t)c->stream, &cap);
     if (e == cudaSuccess)
         e = cudaEventRecord(ready, (cudaStream_t)c->stream);
     if (e == cudaSuccess)
@@ -214,6 +222,11 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
             c->fail_seq = w->seq;
         fail_locked(c, DDPC_ERR_CUDA, msg);
         return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "%s", msg);
+    }
+    if (cap == cudaStreamCaptureStatusActive) {
+        w->refs = 1; /* the caller's handle only; wait joins the caller's stream */
+        w->done = 1;
+        return DDPC_OK;
     }
     w->refs = 2; /* the caller's handle, the in-flight list */
     if (n->tail)
@@ -424,8 +437,35 @@ static void nccl_destroy(struct ddpc_comm *c)
     c->impl = NULL;
 }
 
-static const comm_ops_t nccl_ops = {nccl_submit, nccl_test, nccl_wait,
-                                    nccl_synchronize, nccl_abort, nccl_destroy};
+/* OP_WATCH: an end event on the caller's stream joins the in-flight list, so
+ * that the watchdog holds the work queued there (a CUDA graph replay with
+ * its collectives) to the same deadline as a collective. */
+static ddpc_status_t nccl_watch(struct ddpc_comm *c, struct ddpc_work *w)
+{
+    nccl_impl_t *n = c->impl;
+    if (c->failed || !n->nc)
+        return ddpc_err(c->rt, c->failed ? c->failed : DDPC_ERR_STATE, MOD, "%s: %s", w->label,
+                        c->failed ? c->fail_msg : "the NCCL communicator is gone");
+    cudaEvent_t done = comm_events_get(&n->events);
+    cudaError_t e = done ? cudaEventRecord(done, (cudaStream_t)c->stream)
+                         : cudaErrorMemoryAllocation;
+    if (e != cudaSuccess) {
+        comm_events_put(&n->events, done);
+        return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "%s: recording its end event: %s", w->label,
+                        cudaGetErrorString(e));
+    }
+    w->ev_done = done;
+    w->refs = 1; /* the in-flight list only */
+    if (n->tail)
+        n->tail->next = w;
+    else
+        n->head = w;
+    n->tail = w;
+    return DDPC_OK;
+}
+
+static const comm_ops_t nccl_ops = {nccl_submit, nccl_test, nccl_wait,        nccl_synchronize,
+                                    nccl_abort,  nccl_destroy, nccl_watch};
 
 /* ------------------------------------------------------------------ bootstrap */
 

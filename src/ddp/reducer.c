@@ -223,6 +223,20 @@ static ddpc_status_t device_unready(ddpc_ddp_t d, int unready, ddpc_status_t *la
 #endif
 }
 
+/* The compute stream is being captured into a CUDA graph: the step's host
+ * checks run in the eager steps before the capture, not inside it. */
+static int capturing(ddpc_ddp_t d)
+{
+#ifdef DDPC_HAVE_CUDA
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    return ON_DEVICE(d) && cudaStreamIsCapturing((cudaStream_t)d->stream, &cs) == cudaSuccess &&
+           cs == cudaStreamCaptureStatusActive;
+#else
+    (void)d;
+    return 0;
+#endif
+}
+
 ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
 {
     if (!d || !d->built)
@@ -246,7 +260,9 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     int64_t worst = unready;
     ddpc_status_t late = DDPC_OK;
     if (st == DDPC_OK && !d->cfg.find_unused && d->size > 1) {
-        if (ON_DEVICE(d)) {
+        if (capturing(d)) { /* a replay repeats a step the eager steps checked */
+            worst = 0;
+        } else if (ON_DEVICE(d)) {
             st = device_unready(d, unready, &late);
             worst = 0;
         } else if ((st = ddpc_allreduce(d->comm, &worst, &worst, 1, DDPC_I64, DDPC_MAX)) !=
