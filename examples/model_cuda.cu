@@ -202,6 +202,9 @@ struct model {
     model_place_t where;
     int nlayers, max_batch;
     int fuse;                  /* FUSE_* bits: the epilogues in use */
+    int noalgo;                /* the last plan failed: cuBLASLt offered no algorithm */
+    int warned;                /* messages about a batch size without an epilogue */
+    int mask_ok[MODEL_MAX_LAYERS]; /* the last forward wrote layer l's ReLU mask */
     size_t nparams;
     size_t esize;              /* bytes of an element of the GEMMs' type */
     cudaDataType_t ctype;      /* that type */
@@ -303,13 +306,15 @@ static float *db_of(model_t *m, int l)
 
 static void plan_free(plan *p)
 {
-    if (!p->used)
-        return;
-    cublasLtMatmulDescDestroy(p->op);
-    cublasLtMatrixLayoutDestroy(p->la);
-    cublasLtMatrixLayoutDestroy(p->lb);
-    cublasLtMatrixLayoutDestroy(p->lc);
-    p->used = 0;
+    if (p->op)
+        cublasLtMatmulDescDestroy(p->op);
+    if (p->la)
+        cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb)
+        cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc)
+        cublasLtMatrixLayoutDestroy(p->lc);
+    memset(p, 0, sizeof *p);
 }
 
 typedef struct {
@@ -398,6 +403,7 @@ static plan *plan_for(model_t *m, const gemm_t *g, int B, int *rc)
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(m->lt, p->op, p->la, p->lb, p->lc,
                                                            p->lc, pref, 1, &res, &found);
         if (st != CUBLAS_STATUS_SUCCESS || found < 1) {
+            m->noalgo = 1;
             fail(m, "no cuBLASLt algorithm for layer %d %s GEMM (%d x %d x %d, epilogue %d, "
                  "status %d)", g->layer, g->kind == G_FWD ? "forward" : g->kind == G_DW ?
                  "weight-gradient" : "data-gradient", g->M, g->N, g->K, (int)g->epi, (int)st);
@@ -408,12 +414,12 @@ static plan *plan_for(model_t *m, const gemm_t *g, int B, int *rc)
     }
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
-    p->used = 1; /* so that plan_free releases what was made */
     if (!ok) {
         plan_free(p);
         *rc = -1;
         return NULL;
     }
+    p->used = 1;
     p->layer = g->layer;
     p->kind = g->kind;
     p->B = B;
@@ -439,6 +445,28 @@ static int gemm(model_t *m, const gemm_t *g, int B)
     return lt(m, cublasLtMatmul(m->lt, p->op, &g->alpha, g->A, p->la, g->Bm, p->lb, &g->beta,
                                 g->D, p->lc, g->D, p->lc, &p->algo, m->ws, kWorkspace, m->s),
               "cublasLtMatmul");
+}
+
+/* g; where cuBLASLt offers no algorithm for its epilogue at this batch size
+ * (fused_offered asked for the largest), the plain GEMM instead, *fused = 0,
+ * and the caller runs the epilogue's kernels. */
+static int gemm_or_plain(model_t *m, gemm_t *g, int B, int *fused)
+{
+    *fused = g->epi != CUBLASLT_EPILOGUE_DEFAULT;
+    m->noalgo = 0;
+    if (!gemm(m, g, B))
+        return 0;
+    if (!*fused || !m->noalgo)
+        return -1;
+    if (m->warned++ < 3)
+        fprintf(stderr, "trainer: GPU %d: %s; separate kernels at this batch size\n",
+                m->where.device, m->err + strlen("model (cuda): "));
+    g->epi = CUBLASLT_EPILOGUE_DEFAULT;
+    g->bias = NULL;
+    g->aux = NULL;
+    g->aux_ld = 0;
+    *fused = 0;
+    return gemm(m, g, B);
 }
 
 /* ------------------------------------------------------------------ typed launches */
@@ -824,9 +852,11 @@ static int cuda_forward(model_t *m)
         const int last = l == m->nlayers - 1;
         gemm_t g = fwd_gemm(m, l, a, m->fuse);
         g.N = B;
-        if (gemm(m, &g, B))
+        int fused;
+        if (gemm_or_plain(m, &g, B, &fused))
             return -1;
-        if (!(m->fuse & FUSE_FWD) && launch_bias_act(m, g.D, g.dt, fwd_bias(m, l), g.M, B, !last))
+        m->mask_ok[l] = fused && !last;
+        if (!fused && launch_bias_act(m, g.D, g.dt, fwd_bias(m, l), g.M, B, !last))
             return -1;
         a = g.D;
     }
@@ -866,10 +896,11 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
         const void *a = l == 0 ? (m->half ? m->xh : (const void *)m->dx[k]) : m->act[l - 1];
         gemm_t g = dw_gemm(m, l, a, d, dt, m->fuse);
         g.K = B;
-        if (gemm(m, &g, B))
+        int fused;
+        if (gemm_or_plain(m, &g, B, &fused))
             return -1;
-        if (last && ((m->fuse & FUSE_BGRAD) ? launch_bias_add(m, db_of(m, l), m->bscratch, CUDA_R_32F, out)
-                              : launch_bias_grad(m, (void *)d, NULL, dt, out, B, db_of(m, l))))
+        if (last && (fused ? launch_bias_add(m, db_of(m, l), m->bscratch, CUDA_R_32F, out)
+                           : launch_bias_grad(m, (void *)d, NULL, dt, out, B, db_of(m, l))))
             return -1;
         /* layer l's bias is complete (the last: here; the others: at layer l+1) */
         int rc = cb ? cb(ctx, 2 * l + 1) : 0;
@@ -880,12 +911,13 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
         if (l == 0)
             break;
         void *dprev = m->dbuf[ping];
-        g = dx_gemm(m, l, d, dprev, m->fuse);
+        /* the ReLU's mask only where this batch's forward wrote it */
+        g = dx_gemm(m, l, d, dprev, m->mask_ok[l - 1] ? m->fuse : m->fuse & ~FUSE_DX);
         g.N = B;
-        if (gemm(m, &g, B))
+        if (gemm_or_plain(m, &g, B, &fused))
             return -1;
-        if ((m->fuse & FUSE_DX) ? launch_bias_add(m, db_of(m, l - 1), m->bscratch, m->ctype, in)
-                     : launch_bias_grad(m, dprev, m->act[l - 1], m->ctype, in, B, db_of(m, l - 1)))
+        if (fused ? launch_bias_add(m, db_of(m, l - 1), m->bscratch, m->ctype, in)
+                  : launch_bias_grad(m, dprev, m->act[l - 1], m->ctype, in, B, db_of(m, l - 1)))
             return -1;
         d = dprev;
         dt = m->ctype;

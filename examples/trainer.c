@@ -820,9 +820,13 @@ int main(int argc, char **argv)
         goto out;
     /* one device for the whole job: --device auto trains on the cpu unless every rank has
        its GPU */
-    int32_t on_gpu = dev == DEVICE_CUDA, all_gpu = 0;
-    if (ddpc_allreduce(t->comm, &on_gpu, &all_gpu, 1, DDPC_I32, DDPC_MIN) != DDPC_OK)
+    /* and one backend: NCCL refuses two ranks on one GPU, so where any ranks share
+       theirs (mpiexec -n 2 on a one-GPU machine) every rank stages through MPI */
+    const int on_gpu = dev == DEVICE_CUDA;
+    int32_t mine[2] = {!on_gpu, on_gpu && t->w->local_size > 1 && ndev == 1}, any[2];
+    if (ddpc_allreduce(t->comm, mine, any, 2, DDPC_I32, DDPC_MAX) != DDPC_OK)
         ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
+    const int all_gpu = !any[0], shared_gpu = any[1];
     if (on_gpu && !all_gpu) {
         dev = DEVICE_CPU;
         gpu = -1;
@@ -848,6 +852,12 @@ int main(int argc, char **argv)
         ddpc_comm_config_t cc = DDPC_COMM_CONFIG_INIT;
         cc.device = gpu;
         cc.stream = t->stream;
+        if (shared_gpu) {
+            cc.backend = DDPC_BACKEND_MPI; /* mpi-staged; DDPC_BACKEND=nccl still overrides */
+            say(t, "trainer: ranks share a GPU (%d local ranks, 1 GPU visible): the "
+                "gradients go through MPI, staged in pinned host memory (NCCL takes one GPU "
+                "per rank)\n", t->w->local_size);
+        }
         if (ddpc_comm_create(t->rt, &cc, &t->dcomm) != DDPC_OK) { /* fails on every rank */
             fprintf(stderr, "trainer: %s\n", ddpc_last_error(t->rt));
             goto out;
