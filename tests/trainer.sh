@@ -107,7 +107,8 @@ grep -q 'use the same --model/--hidden/--optimizer, another --ckpt-dir, or --res
     || fail "no advice with the model mismatch"
 
 # --- a frozen rank (SIGSTOP): the other rank's timeout ends the job with one
-# message that names the bucket and the operation, and one rank prefix
+# message that names the bucket, the operation and the frozen rank, and one
+# rank prefix
 DDPC_TIMEOUT=3 mpirun_t 2 "$TRAINER" $COMMON --epochs 50 --ckpt-dir none --seed 4711 >"$TMP/frozen" 2>&1 &
 job=$!
 i=0
@@ -128,4 +129,7 @@ line=$(grep -E 'trainer: (ddp: bucket [0-9]+ of [0-9]+ \(parameters [0-9]+\.\.[0
 [ -n "$line" ] || { cat "$TMP/frozen"; fail "no timeout message naming where the all-reduce was"; }
 [ "$(printf '%s\n' "$line" | grep -o 'ddpc\[rank ' | wc -l)" -eq 1 ] || fail "more than one rank prefix in: $line"
 [ "$dt" -lt 30 ] || fail "the job took ${dt}s to end after the rank froze (timeout 3s)"
+# the side channel names the frozen rank (never entered, or entered and stopped)
+printf '%s\n' "$line" | grep -Eq 'rank [01] on [^:]+: (no heartbeat for [0-9.]+s: stopped|alive)' ||
+    fail "the timeout message does not name the frozen rank: $line"
 echo "ok: a frozen rank: ended in ${dt}s with: $line"

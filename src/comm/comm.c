@@ -315,12 +315,25 @@ static struct ddpc_comm *comm_alloc(ddpc_t rt, int device, void *stream)
     c->rank = rt->world.rank;
     c->size = rt->world.size;
     c->fail_seq = UINT64_MAX;
+    c->id = -1;
     pthread_mutex_init(&c->mu, NULL);
     return c;
 }
 
+/* A communicator made on every rank gets the next id, the same everywhere,
+ * under which the side channel reports its progress. */
+static void comm_register(struct ddpc_comm *c)
+{
+    ddpc_t rt = c->rt;
+    c->id = rt->ncomms < MON_MAX_COMMS ? rt->ncomms : -1;
+    rt->ncomms++;
+    if (c->id >= 0)
+        __atomic_store_n(&rt->comms[c->id], c, __ATOMIC_RELEASE);
+}
+
 static void comm_free(struct ddpc_comm *c)
 {
+    ddpc_monitor_forget(c);
     if (c->ops)
         c->ops->destroy(c);
     pthread_mutex_destroy(&c->mu);
@@ -338,6 +351,7 @@ ddpc_status_t ddpc_comm_create_world(ddpc_t rt, struct ddpc_comm **out)
         comm_free(c);
         return st;
     }
+    comm_register(c);
     *out = c;
     return DDPC_OK;
 }
@@ -415,6 +429,7 @@ ddpc_status_t ddpc_comm_create(ddpc_t rt, const ddpc_comm_config_t *cfg, ddpc_co
     if (c->device != DDPC_DEVICE_HOST)
         snprintf(where, sizeof where, "GPU %d", c->device);
     ddpc_log(rt, DDPC_LOG_INFO, "comm: backend %s on %s", ddpc_backend_name(c->backend), where);
+    comm_register(c);
     *out = c;
     return DDPC_OK;
 }
@@ -513,6 +528,13 @@ static ddpc_status_t submit(ddpc_comm_t c, op_kind_t kind, const void *send, voi
     if ((kind == OP_ALLGATHER || kind == OP_REDUCE_SCATTER) && count > (size_t)INT32_MAX)
         return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD, "%s: count %zu exceeds 2^31-1",
                         comm_op_names[kind], count);
+    /* DDPC_DEBUG=detail: every rank calls the same (one thread issues on c) */
+    if (rt->check_collectives) {
+        ddpc_status_t cs = ddpc_monitor_check(c, __atomic_load_n(&c->seq, __ATOMIC_RELAXED),
+                                              kind, count, dt, root);
+        if (cs)
+            return cs;
+    }
     /* an aborted device communicator refuses in its backend's submit, under
      * the lock that its watchdog fails it under */
     struct ddpc_work *w = calloc(1, sizeof *w);
@@ -525,7 +547,7 @@ static ddpc_status_t submit(ddpc_comm_t c, op_kind_t kind, const void *send, voi
     w->seq = c->seq;
     ddpc_status_t st = c->ops->submit(c, w);
     if (st == DDPC_OK)
-        c->seq++;
+        __atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&c->mu);
     if (st) {
         free(w);

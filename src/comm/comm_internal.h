@@ -15,6 +15,9 @@
 typedef enum {
     OP_ALLREDUCE, OP_BCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER, OP_WATCH
 } op_kind_t;
+
+/* Communicators the side channel reports on (ddpc_t.comms) */
+#define MON_MAX_COMMS 8
 extern const char *const comm_op_names[];
 
 struct ddpc_work {
@@ -64,6 +67,8 @@ struct ddpc_comm {
     void *stream;            /* cudaStream_t the collectives follow (NULL: legacy default) */
     pthread_mutex_t mu;
     uint64_t seq;            /* next sequence number to hand out */
+    uint64_t completed;      /* collectives completed, in order (atomic: the monitor reads) */
+    int id;                  /* index in rt->comms, the same on every rank; -1: untracked */
     ddpc_status_t failed;    /* device backends: sticky, once aborted */
     char fail_msg[DDPC_ERRMSG_LEN]; /* its message, without the rank prefix */
     uint64_t fail_seq;       /* the collective that failed (UINT64_MAX: none known),
@@ -83,6 +88,17 @@ ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged);
 #ifdef DDPC_HAVE_NCCL
 ddpc_status_t comm_nccl_create(struct ddpc_comm *c);
 #endif
+
+/* monitor.c. explain: after collective #seq of c timed out, what rank 0's
+ * table says about the ranks that never entered it (into buf; -1 without a
+ * side channel). check: DDPC_DEBUG=detail, before collective #seq: DDPC_OK
+ * when every rank calls the same, else DDPC_ERR_MISMATCH naming both sides
+ * (or DDPC_ERR_TIMEOUT naming who never came), the same on every rank.
+ * forget: c is being destroyed. */
+int ddpc_monitor_explain(struct ddpc_comm *c, uint64_t seq, char *buf, size_t n);
+ddpc_status_t ddpc_monitor_check(struct ddpc_comm *c, uint64_t seq, int op, size_t count,
+                                 ddpc_dtype_t dt, int root);
+void ddpc_monitor_forget(struct ddpc_comm *c);
 
 /* f32/f64/int AVG after a SUM on the host: buf[0..count) /= size. */
 void comm_divide(void *buf, size_t count, ddpc_dtype_t dt, int size);

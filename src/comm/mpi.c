@@ -288,6 +288,7 @@ static void *progress_main(void *arg)
             m->tail = NULL;
         w->done = 1;
         m->completed++;
+        __atomic_store_n(&c->completed, m->completed, __ATOMIC_RELAXED);
         /* wake waiters only for what they wait for: ddpc_ddp_wait sleeps on
          * its last operation, and a wake-up per earlier bucket would take the
          * core from this thread on a machine without a spare one */
@@ -366,12 +367,14 @@ static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
     int done = w->done;
     pthread_mutex_unlock(&c->mu);
     if (!done) {
-        char what[160];
+        char what[160], ex[768] = "";
         comm_describe(w, what, sizeof what);
+        ddpc_monitor_explain(c, w->seq, ex, sizeof ex); /* who never came, if it knows */
         return ddpc_err(c->rt, DDPC_ERR_TIMEOUT, MOD,
                         "%s did not complete within %gs: another rank has not called it "
                         "(crashed, stuck, or issuing collectives in a different order); set "
-                        "DDPC_TIMEOUT to wait longer", what, timeout_s);
+                        "DDPC_TIMEOUT to wait longer%s%s", what, timeout_s, ex[0] ? "; " : "",
+                        ex);
     }
     ddpc_status_t st = w->status;
     if (st != DDPC_OK)

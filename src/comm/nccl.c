@@ -37,6 +37,7 @@ typedef struct nccl_impl {
     pthread_t watchdog;
     pthread_cond_t wake;         /* the watchdog's sleep, and synchronize's */
     int stop, started, aborted;
+    uint64_t stuck_seq;          /* the collective the watchdog found stuck */
 } nccl_impl_t;
 
 /* Every NCCL communicator of this process, so that a failure aborts all. */
@@ -226,6 +227,7 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
     if (cap == cudaStreamCaptureStatusActive) {
         w->refs = 1; /* the caller's handle only; wait joins the caller's stream */
         w->done = 1;
+        __atomic_add_fetch(&c->completed, 1, __ATOMIC_RELAXED); /* for the side channel */
         return DDPC_OK;
     }
     w->refs = 2; /* the caller's handle, the in-flight list */
@@ -254,6 +256,7 @@ static int poll_locked(struct ddpc_comm *c, ddpc_status_t *st, char *msg, size_t
                 char what[160];
                 comm_describe(w, what, sizeof what);
                 *st = DDPC_ERR_TIMEOUT;
+                n->stuck_seq = w->kind == OP_WATCH ? c->seq : w->seq;
                 snprintf(msg, len,
                          "%s did not complete within %gs (watchdog, %.1fs since it was issued): "
                          "another rank has not called it (crashed, stuck, or issuing collectives "
@@ -271,6 +274,8 @@ static int poll_locked(struct ddpc_comm *c, ddpc_status_t *st, char *msg, size_t
             break;
         }
         w->done = 1;
+        if (w->kind != OP_WATCH)
+            __atomic_add_fetch(&c->completed, 1, __ATOMIC_RELAXED);
         n->head = w->next;
         if (!n->head)
             n->tail = NULL;
@@ -303,6 +308,13 @@ static void *watchdog_main(void *arg)
             poll_locked(c, &st, msg, sizeof msg);
             if (st) {
                 pthread_mutex_unlock(&c->mu);
+                if (st == DDPC_ERR_TIMEOUT) { /* who never came, from the side channel */
+                    char ex[768];
+                    size_t k = strlen(msg);
+                    if (ddpc_monitor_explain(c, n->stuck_seq, ex, sizeof ex) == 0 &&
+                        k + 2 < sizeof msg)
+                        snprintf(msg + k, sizeof msg - k, "; %s", ex);
+                }
                 fail_and_log(c, st, msg);
                 pthread_mutex_lock(&c->mu);
             }

@@ -22,6 +22,11 @@ struct ddpc {
     unsigned kvs_round;           /* fresh PMIx key per exchange */
     MPI_Comm mpi_world;           /* dup of MPI_COMM_WORLD for runtime traffic */
     struct ddpc_comm *world_comm; /* ddpc_comm_world */
+    /* the side channel (src/comm/monitor.c): NULL when off or one rank */
+    struct ddpc_monitor *mon;
+    struct ddpc_comm *comms[8];   /* by id, in creation order (the same on every rank) */
+    int ncomms;                   /* ids handed out */
+    int check_collectives;        /* DDPC_DEBUG=detail */
 };
 
 /* Record an error on rt (may be NULL: then only the init-error buffer) with
@@ -85,5 +90,11 @@ ddpc_status_t ddpc_discover_without_mpi(ddpc_t rt);
 
 /* Monotonic seconds. */
 double ddpc_now(void);
+
+/* src/comm/monitor.c: the side channel to rank 0 (heartbeats, progress,
+ * the DDPC_DEBUG=detail check). Collective; a rank that cannot reach rank 0
+ * warns and goes on without it. stop: NULL and "never started" are fine. */
+ddpc_status_t ddpc_monitor_start(ddpc_t rt);
+void ddpc_monitor_stop(ddpc_t rt);
 
 #endif /* DDPC_INTERNAL_H */

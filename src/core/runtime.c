@@ -271,6 +271,8 @@ ddpc_status_t ddpc_init(const ddpc_config_t *cfg, int *argc, char ***argv, ddpc_
                      "client in this MPI): backend nccl only, no world communicator; timeout %gs",
                      rt->world.local_rank, rt->world.local_size, rt->world.node_id,
                      rt->world.num_nodes, rt->cfg.timeout_s);
+            if ((st = ddpc_monitor_start(rt)) != DDPC_OK)
+                return init_fail(rt, st);
             return DDPC_OK;
         }
         if (!rt->cfg.allow_mpi_mismatch)
@@ -281,7 +283,8 @@ ddpc_status_t ddpc_init(const ddpc_config_t *cfg, int *argc, char ***argv, ddpc_
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &rt->mpi_world);
     if (rc != MPI_SUCCESS)
         return init_fail(rt, ddpc_mpi_err(rt, rc, "init", "MPI_Comm_dup"));
-    if ((st = ddpc_comm_create_world(rt, &rt->world_comm)) != DDPC_OK)
+    if ((st = ddpc_comm_create_world(rt, &rt->world_comm)) != DDPC_OK ||
+        (st = ddpc_monitor_start(rt)) != DDPC_OK)
         return init_fail(rt, st);
     ddpc_log(rt, DDPC_LOG_INFO,
              "world from %s: local rank %d/%d, node %d/%d; MPI thread level %d; timeout %gs",
@@ -294,6 +297,7 @@ ddpc_status_t ddpc_finalize(ddpc_t rt)
 {
     if (!rt)
         return DDPC_OK;
+    ddpc_monitor_stop(rt);
     ddpc_comm_destroy_internal(rt->world_comm);
     int fin = 0;
     MPI_Finalized(&fin);

@@ -274,7 +274,10 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
         ddp_bucket_t *bk = &d->buckets[b];
         if (!bk->launched || !bk->work)
             continue;
-        ddpc_status_t ws = ddpc_work_wait(bk->work, -1);
+        /* after a timed-out check behind them, the buckets (issued before it, completed
+           in order) cannot have completed either: report at once, not after another
+           DDPC_TIMEOUT */
+        ddpc_status_t ws = ddpc_work_wait(bk->work, st == DDPC_ERR_TIMEOUT ? 0 : -1);
         if (ws != DDPC_OK && ON_DEVICE(d) && ddpc_comm_status(d->comm) != DDPC_OK) {
             bk->work = NULL;
             if (st == DDPC_OK)

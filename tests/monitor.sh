@@ -1,0 +1,75 @@
+#!/bin/sh
+# monitor.sh: the side channel that names the rank at fault
+# (src/comm/monitor.c), with real MPICH processes:
+#  - DDPC_DEBUG=detail: matching collectives pass; rank 1 all-reducing 32
+#    floats where the others reduce 16 fails every rank at once with
+#    DDPC_ERR_MISMATCH naming both sides (without it MPI would return a wrong
+#    result or hang);
+#  - a rank that is late: the others' timeout names it as alive, with its
+#    last operations and host;
+#  - a frozen rank (SIGSTOP): named as having no heartbeat;
+#  - rank 0 frozen: the others say that rank 0, which keeps the table, does
+#    not answer;
+#  - DDPC_MONITOR=0 and a bad DDPC_DEBUG.
+. "$(dirname "$0")/lib.sh" || exit 99
+T=$top_builddir/tests/monitor_test
+
+# --- mismatched counts under DDPC_DEBUG=detail: every rank, at once
+DDPC_DEBUG=detail mpirun_t 3 "$T" ok >"$TMP/ok" 2>&1 || { cat "$TMP/ok"; fail "matching collectives failed under DDPC_DEBUG=detail"; }
+[ "$(grep -c ': success$' "$TMP/ok")" -eq 3 ] || { cat "$TMP/ok"; fail "expected 3 successes"; }
+t0=$(date +%s)
+DDPC_DEBUG=detail DDPC_TIMEOUT=20 mpirun_t 3 "$T" mismatch >"$TMP/mm" 2>&1
+rc=$?
+dt=$(($(date +%s) - t0))
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat "$TMP/mm"; fail "mismatch: exit $rc"; }
+n=$(grep -c 'comm: allreduce #1 (16 x float32, root 0): DDPC_DEBUG=detail: collective #1 differs between the ranks: rank 1 ([^)]*) called allreduce of 32 x float32, root 0, where rank 0 ([^)]*) called allreduce of 16 x float32, root 0' "$TMP/mm")
+m=$(grep -c 'comm: allreduce #1 (32 x float32, root 0): DDPC_DEBUG=detail: collective #1 differs' "$TMP/mm")
+[ "$n" -eq 2 ] && [ "$m" -eq 1 ] || { cat "$TMP/mm"; fail "mismatch: expected the message on all 3 ranks (got $n + $m)"; }
+[ "$dt" -lt 15 ] || fail "mismatch: took ${dt}s (the check must not wait for the timeout)"
+echo "ok: mismatched counts fail every rank in ${dt}s: $(grep -m1 'differs' "$TMP/mm")"
+
+# --- a late rank: the others name it, alive
+t0=$(date +%s)
+DDPC_TIMEOUT=2 expect_fail_msg '1 rank\(s\) never entered #1: rank 2 on [^:]+: alive \(heartbeat [0-9.]+s ago\): still computing, or blocked elsewhere; its last report: entered #0, completed #0' \
+    mpirun_t 3 "$T" late 2
+dt=$(($(date +%s) - t0))
+[ "$dt" -lt 20 ] || fail "late rank: took ${dt}s"
+
+# --- a frozen rank: named, without a heartbeat
+# pid_of FILE RANK: the pid the rank printed at its start (waits for it)
+pid_of() {
+    i=0
+    until p=$(sed -n "s/^monitor_test: rank $2 pid \([0-9]*\)$/\1/p" "$1") && [ -n "$p" ]; do
+        i=$((i + 1)); [ $i -lt 100 ] || { cat "$1"; fail "rank $2 never started"; }
+        sleep 0.1
+    done
+    echo "$p"
+}
+DDPC_TIMEOUT=4 mpirun_t 3 "$T" late 1 >"$TMP/frozen" 2>&1 &
+job=$!
+victim=$(pid_of "$TMP/frozen" 1)
+sleep 1
+kill -STOP "$victim"
+wait $job
+kill -CONT "$victim" 2>/dev/null
+grep -Eq 'never entered #1: rank 1 on [^:]+: no heartbeat for [0-9.]+s: stopped \(SIGSTOP, a debugger\), hung hard, or its node is gone' "$TMP/frozen" ||
+    { cat "$TMP/frozen"; fail "frozen rank not named as stopped"; }
+echo "ok: a frozen rank: $(grep -m1 -o 'never entered #1: rank 1 on [^;]*' "$TMP/frozen")"
+
+# --- rank 0 frozen: the others cannot ask it, and say so
+DDPC_TIMEOUT=3 mpirun_t 3 "$T" late 0 >"$TMP/r0" 2>&1 &
+job=$!
+victim=$(pid_of "$TMP/r0" 0)
+sleep 1
+kill -STOP "$victim"
+wait $job
+kill -CONT "$victim" 2>/dev/null
+grep -q 'rank 0 did not answer within 3s (its process is stopped or overloaded)' "$TMP/r0" ||
+    { cat "$TMP/r0"; fail "rank 0 frozen: no message saying it does not answer"; }
+echo "ok: rank 0 frozen: the others say it does not answer"
+
+# --- switches
+DDPC_MONITOR=0 DDPC_TIMEOUT=2 expect_fail_msg 'did not complete within 2s: another rank has not called it \(crashed, stuck, or issuing collectives in a different order\); set DDPC_TIMEOUT to wait longer$' \
+    mpirun_t 2 "$T" late 1
+DDPC_DEBUG=verbose expect_fail_msg 'DDPC_DEBUG="verbose": expected off or detail' mpirun_t 2 "$T" ok
+echo "monitor.sh: all ok"
