@@ -10,6 +10,7 @@
 #  - a frozen rank (SIGSTOP): named as having no heartbeat;
 #  - rank 0 frozen: the others say that rank 0, which keeps the table, does
 #    not answer;
+#  - the flight recorder (DDPC_FLIGHT_RECORDER) and ddpc-flight's verdicts;
 #  - DDPC_MONITOR=0 and a bad DDPC_DEBUG.
 . "$(dirname "$0")/lib.sh" || exit 99
 T=$top_builddir/tests/monitor_test
@@ -67,6 +68,42 @@ kill -CONT "$victim" 2>/dev/null
 grep -q 'rank 0 did not answer within 3s (its process is stopped or overloaded)' "$TMP/r0" ||
     { cat "$TMP/r0"; fail "rank 0 frozen: no message saying it does not answer"; }
 echo "ok: rank 0 frozen: the others say it does not answer"
+
+# --- the flight recorder: the ranks that timed out dump their last collectives,
+# and ddpc-flight says who left none and what the others wait for
+FL=$TMP/flight
+mkdir -p "$FL"
+DDPC_FLIGHT_RECORDER=8 DDPC_FLIGHT_RECORDER_DIR=$FL DDPC_TIMEOUT=2 mpirun_t 3 "$T" late 2 >"$TMP/fl" 2>&1
+grep -q "flight recorder: $FL/ddpc-flight-rank0.json" "$TMP/fl" || { cat "$TMP/fl"; fail "no flight-recorder path in the timeout message"; }
+python3 - "$FL/ddpc-flight-rank0.json" <<'PY' || fail "rank 0's dump is not what it did"
+import json, sys
+d = json.load(open(sys.argv[1]))
+c = d["communicators"][0]["collectives"]
+assert d["rank"] == 0 and d["size"] == 3, d
+assert [(e["seq"], e["op"], e["count"], e["state"]) for e in c] == \
+    [(0, "allreduce", 16, "completed"), (1, "allreduce", 16, "issued")], c
+PY
+F=$top_srcdir/src/tools/ddpc-flight
+python3 "$F" "$FL" >"$TMP/merge" || { cat "$TMP/merge"; fail "ddpc-flight found nothing to say"; }
+grep -q 'no dump from rank(s) 2' "$TMP/merge" && grep -q 'rank(s) 0, 1 wait for collectives that never completed' "$TMP/merge" ||
+    { cat "$TMP/merge"; fail "ddpc-flight: the late rank not pointed at"; }
+# two dumps that disagree: a different count at #5, and rank 1 one collective behind
+mkdir -p "$TMP/div"
+for r in 0 1; do
+    n=16; [ $r = 1 ] && n=32
+    last=""; [ $r = 0 ] && last=', {"seq": 6, "op": "allreduce", "count": 8, "dtype": "float32", "root": 0, "tag": "ddp bucket 0", "state": "issued", "issued_s_ago": 1.0}'
+    next=6; [ $r = 0 ] && next=7
+    cat >"$TMP/div/ddpc-flight-rank$r.json" <<JS
+{"rank": $r, "size": 2, "host": "h$r", "pid": 1, "why": "test", "communicators": [{"id": 0, "backend": "mpi", "next_seq": $next, "completed": 5, "collectives": [{"seq": 5, "op": "allreduce", "count": $n, "dtype": "float32", "root": 0, "tag": "", "state": "completed", "issued_s_ago": 2.0, "took_s": 0.1}$last]}]}
+JS
+done
+python3 "$F" "$TMP/div" >"$TMP/merge2" || { cat "$TMP/merge2"; fail "ddpc-flight: no divergence found"; }
+grep -q 'DIVERGED at #5: the ranks called different collectives' "$TMP/merge2" &&
+    grep -q 'rank 1: allreduce #5 (32 x float32)' "$TMP/merge2" &&
+    grep -q 'DIVERGED at #6: rank(s) 0 issued allreduce #6 (8 x float32) \[ddp bucket 0\]; rank(s) 1 never did' "$TMP/merge2" ||
+    { cat "$TMP/merge2"; fail "ddpc-flight: wrong divergence"; }
+python3 "$F" "$TMP/nothing-here" 2>/dev/null; [ $? = 2 ] || fail "ddpc-flight: no dumps must exit 2"
+echo "ok: flight recorder dumps and ddpc-flight's verdicts"
 
 # --- switches
 DDPC_MONITOR=0 DDPC_TIMEOUT=2 expect_fail_msg 'did not complete within 2s: another rank has not called it \(crashed, stuck, or issuing collectives in a different order\); set DDPC_TIMEOUT to wait longer$' \

@@ -4,6 +4,7 @@ dist_man_MANS = \
 	doc/man/trainer.1 \
 	doc/man/ddpc-info.1 \
 	doc/man/ddpc-ckpt.1 \
+	doc/man/ddpc-flight.1 \
 	doc/man/ddpc.7 \
 	doc/man/ddpc_init.3 \
 	doc/man/ddpc_comm.3 \

@@ -6,10 +6,12 @@
 #include "config.h"
 #include "comm_internal.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef DDPC_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -320,6 +322,123 @@ static struct ddpc_comm *comm_alloc(ddpc_t rt, int device, void *stream)
     return c;
 }
 
+/* ------------------------------------------------------------------ flight recorder */
+struct comm_flight {
+    uint64_t seq;
+    int32_t op, dt, root, state;
+    uint64_t count;
+    double t_issue, t_end;
+    char tag[32];
+};
+
+void ddpc_comm_tag_next(struct ddpc_comm *c, const char *tag)
+{
+    if (c && c->fr)
+        snprintf(c->fr_tag, sizeof c->fr_tag, "%s", tag ? tag : "");
+}
+
+void comm_flight_issue(struct ddpc_comm *c, const struct ddpc_work *w)
+{
+    if (!c->fr || w->kind == OP_WATCH)
+        return;
+    struct comm_flight *e = &c->fr[w->seq % c->fr_cap];
+    *e = (struct comm_flight){.seq = w->seq, .op = (int32_t)w->kind, .dt = (int32_t)w->dt,
+                              .root = w->root, .state = FR_ISSUED, .count = w->count,
+                              .t_issue = w->t_enqueue};
+    memcpy(e->tag, c->fr_tag, sizeof e->tag);
+    c->fr_tag[0] = 0;
+}
+
+void comm_flight_end(struct ddpc_comm *c, uint64_t seq, int state)
+{
+    if (!c->fr)
+        return;
+    struct comm_flight *e = &c->fr[seq % c->fr_cap];
+    if (e->seq == seq && e->state == FR_ISSUED) {
+        e->state = state;
+        e->t_end = ddpc_now();
+    }
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+void ddpc_flight_dump(ddpc_t rt, const char *why, char *where, size_t n)
+{
+    if (where && n)
+        where[0] = 0;
+    if (!rt || rt->flight_n <= 0 || __atomic_exchange_n(&rt->flight_dumped, 1, __ATOMIC_ACQ_REL))
+        return;
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/ddpc-flight-rank%d.json", rt->flight_dir, rt->world.rank);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        ddpc_log(rt, DDPC_LOG_WARN, "flight recorder: cannot write %s: %s", tmp, strerror(errno));
+        return;
+    }
+    static const char *const states[] = {"?", "issued", "completed", "failed"};
+    double now = ddpc_now();
+    fprintf(f, "{\"rank\": %d, \"size\": %d, \"host\": ", rt->world.rank, rt->world.size);
+    json_string(f, rt->world.host);
+    fprintf(f, ", \"pid\": %d, \"why\": ", (int)getpid());
+    json_string(f, why ? why : "");
+    fprintf(f, ",\n \"communicators\": [");
+    int first_c = 1;
+    for (int i = 0; i < MON_MAX_COMMS; i++) {
+        struct ddpc_comm *c = __atomic_load_n(&rt->comms[i], __ATOMIC_ACQUIRE);
+        if (!c || !c->fr)
+            continue;
+        pthread_mutex_lock(&c->mu);
+        fprintf(f, "%s\n  {\"id\": %d, \"backend\": \"%s\", \"next_seq\": %llu, "
+                "\"completed\": %llu, \"collectives\": [", first_c ? "" : ",", c->id,
+                ddpc_backend_name(c->backend), (unsigned long long)c->seq,
+                (unsigned long long)c->completed);
+        first_c = 0;
+        uint64_t lo = c->seq > c->fr_cap ? c->seq - c->fr_cap : 0;
+        int first = 1;
+        for (uint64_t s = lo; s < c->seq; s++) {
+            const struct comm_flight *e = &c->fr[s % c->fr_cap];
+            if (e->seq != s || !e->state)
+                continue;
+            fprintf(f, "%s\n   {\"seq\": %llu, \"op\": \"%s\", \"count\": %llu, "
+                    "\"dtype\": \"%s\", \"root\": %d, \"tag\": ", first ? "" : ",",
+                    (unsigned long long)e->seq, comm_op_names[e->op], (unsigned long long)e->count,
+                    ddpc_dtype_name((ddpc_dtype_t)e->dt), e->root);
+            json_string(f, e->tag);
+            fprintf(f, ", \"state\": \"%s\", \"issued_s_ago\": %.6f", states[e->state],
+                    now - e->t_issue);
+            if (e->state != FR_ISSUED)
+                fprintf(f, ", \"took_s\": %.6f", e->t_end - e->t_issue);
+            fputc('}', f);
+            first = 0;
+        }
+        fprintf(f, "]}");
+        pthread_mutex_unlock(&c->mu);
+    }
+    fprintf(f, "]}\n");
+    int bad = ferror(f);
+    if (fclose(f) || bad || rename(tmp, path)) {
+        ddpc_log(rt, DDPC_LOG_WARN, "flight recorder: cannot write %s", path);
+        remove(tmp);
+        return;
+    }
+    if (where)
+        snprintf(where, n, "%s", path);
+}
+
 /* A communicator made on every rank gets the next id, the same everywhere,
  * under which the side channel reports its progress. */
 static void comm_register(struct ddpc_comm *c)
@@ -327,6 +446,8 @@ static void comm_register(struct ddpc_comm *c)
     ddpc_t rt = c->rt;
     c->id = rt->ncomms < MON_MAX_COMMS ? rt->ncomms : -1;
     rt->ncomms++;
+    if (rt->flight_n > 0 && c->id >= 0 && (c->fr = calloc((size_t)rt->flight_n, sizeof *c->fr)))
+        c->fr_cap = (size_t)rt->flight_n;
     if (c->id >= 0)
         __atomic_store_n(&rt->comms[c->id], c, __ATOMIC_RELEASE);
 }
@@ -336,6 +457,7 @@ static void comm_free(struct ddpc_comm *c)
     ddpc_monitor_forget(c);
     if (c->ops)
         c->ops->destroy(c);
+    free(c->fr);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -545,6 +667,7 @@ static ddpc_status_t submit(ddpc_comm_t c, op_kind_t kind, const void *send, voi
     w->deadline = w->t_enqueue + rt->cfg.timeout_s;
     pthread_mutex_lock(&c->mu);
     w->seq = c->seq;
+    comm_flight_issue(c, w);
     ddpc_status_t st = c->ops->submit(c, w);
     if (st == DDPC_OK)
         __atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELAXED);

@@ -69,6 +69,9 @@ struct ddpc_comm {
     uint64_t seq;            /* next sequence number to hand out */
     uint64_t completed;      /* collectives completed, in order (atomic: the monitor reads) */
     int id;                  /* index in rt->comms, the same on every rank; -1: untracked */
+    struct comm_flight *fr;  /* (fr_cap,) the last collectives, slot seq % fr_cap; NULL: off */
+    size_t fr_cap;
+    char fr_tag[32];         /* what the next collective is for (ddpc_comm_tag_next) */
     ddpc_status_t failed;    /* device backends: sticky, once aborted */
     char fail_msg[DDPC_ERRMSG_LEN]; /* its message, without the rank prefix */
     uint64_t fail_seq;       /* the collective that failed (UINT64_MAX: none known),
@@ -99,6 +102,12 @@ int ddpc_monitor_explain(struct ddpc_comm *c, uint64_t seq, char *buf, size_t n)
 ddpc_status_t ddpc_monitor_check(struct ddpc_comm *c, uint64_t seq, int op, size_t count,
                                  ddpc_dtype_t dt, int root);
 void ddpc_monitor_forget(struct ddpc_comm *c);
+
+/* The flight recorder (comm.c), with c->mu held: w was issued; the
+ * collective #seq ended (state FR_DONE, FR_FAILED). */
+enum { FR_ISSUED = 1, FR_DONE, FR_FAILED };
+void comm_flight_issue(struct ddpc_comm *c, const struct ddpc_work *w);
+void comm_flight_end(struct ddpc_comm *c, uint64_t seq, int state);
 
 /* f32/f64/int AVG after a SUM on the host: buf[0..count) /= size. */
 void comm_divide(void *buf, size_t count, ddpc_dtype_t dt, int size);

@@ -287,6 +287,7 @@ static void *progress_main(void *arg)
         if (!m->head)
             m->tail = NULL;
         w->done = 1;
+        comm_flight_end(c, w->seq, rc == MPI_SUCCESS ? FR_DONE : FR_FAILED);
         m->completed++;
         __atomic_store_n(&c->completed, m->completed, __ATOMIC_RELAXED);
         /* wake waiters only for what they wait for: ddpc_ddp_wait sleeps on
@@ -370,11 +371,13 @@ static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
         char what[160], ex[768] = "";
         comm_describe(w, what, sizeof what);
         ddpc_monitor_explain(c, w->seq, ex, sizeof ex); /* who never came, if it knows */
+        char fr[4200];
+        ddpc_flight_dump(c->rt, what, fr, sizeof fr);
         return ddpc_err(c->rt, DDPC_ERR_TIMEOUT, MOD,
                         "%s did not complete within %gs: another rank has not called it "
                         "(crashed, stuck, or issuing collectives in a different order); set "
-                        "DDPC_TIMEOUT to wait longer%s%s", what, timeout_s, ex[0] ? "; " : "",
-                        ex);
+                        "DDPC_TIMEOUT to wait longer%s%s%s%s", what, timeout_s, ex[0] ? "; " : "",
+                        ex, fr[0] ? "; flight recorder: " : "", fr);
     }
     ddpc_status_t st = w->status;
     if (st != DDPC_OK)

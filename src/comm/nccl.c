@@ -228,6 +228,7 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
         w->refs = 1; /* the caller's handle only; wait joins the caller's stream */
         w->done = 1;
         __atomic_add_fetch(&c->completed, 1, __ATOMIC_RELAXED); /* for the side channel */
+        comm_flight_end(c, w->seq, FR_DONE);                     /* issued into the graph */
         return DDPC_OK;
     }
     w->refs = 2; /* the caller's handle, the in-flight list */
@@ -274,8 +275,10 @@ static int poll_locked(struct ddpc_comm *c, ddpc_status_t *st, char *msg, size_t
             break;
         }
         w->done = 1;
-        if (w->kind != OP_WATCH)
+        if (w->kind != OP_WATCH) {
             __atomic_add_fetch(&c->completed, 1, __ATOMIC_RELAXED);
+            comm_flight_end(c, w->seq, FR_DONE);
+        }
         n->head = w->next;
         if (!n->head)
             n->tail = NULL;
@@ -315,6 +318,11 @@ static void *watchdog_main(void *arg)
                         k + 2 < sizeof msg)
                         snprintf(msg + k, sizeof msg - k, "; %s", ex);
                 }
+                char fr[4200];
+                ddpc_flight_dump(c->rt, msg, fr, sizeof fr);
+                size_t k = strlen(msg);
+                if (fr[0] && k + 2 < sizeof msg)
+                    snprintf(msg + k, sizeof msg - k, "; flight recorder: %.900s", fr);
                 fail_and_log(c, st, msg);
                 pthread_mutex_lock(&c->mu);
             }

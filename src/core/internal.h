@@ -27,6 +27,9 @@ struct ddpc {
     struct ddpc_comm *comms[8];   /* by id, in creation order (the same on every rank) */
     int ncomms;                   /* ids handed out */
     int check_collectives;        /* DDPC_DEBUG=detail */
+    long flight_n;                /* DDPC_FLIGHT_RECORDER: collectives kept per communicator */
+    const char *flight_dir;       /* DDPC_FLIGHT_RECORDER_DIR */
+    int flight_dumped;            /* once per process */
 };
 
 /* Record an error on rt (may be NULL: then only the init-error buffer) with
@@ -96,5 +99,14 @@ double ddpc_now(void);
  * warns and goes on without it. stop: NULL and "never started" are fine. */
 ddpc_status_t ddpc_monitor_start(ddpc_t rt);
 void ddpc_monitor_stop(ddpc_t rt);
+
+/* src/comm/comm.c: the flight recorder. tag_next: what the next collective
+ * issued on c is for (the DDP engine: "bucket 3"), kept with it. dump: every
+ * communicator's recent collectives as JSON, once per process (a timeout or
+ * a failure), into DDPC_FLIGHT_RECORDER_DIR/ddpc-flight-rank<r>.json; the
+ * path into where (may be NULL). Nothing when DDPC_FLIGHT_RECORDER is 0. */
+struct ddpc_comm;
+void ddpc_comm_tag_next(struct ddpc_comm *c, const char *tag);
+void ddpc_flight_dump(ddpc_t rt, const char *why, char *where, size_t n);
 
 #endif /* DDPC_INTERNAL_H */

@@ -200,8 +200,12 @@ static ddpc_status_t read_env_options(ddpc_t rt)
     ddpc_status_t st;
     if ((st = ddpc_env_choice(rt, "DDPC_LOG_LEVEL", levels, &lv)) ||
         (st = ddpc_env_double(rt, "DDPC_TIMEOUT", 0.001, 1e7, &rt->cfg.timeout_s)) ||
-        (st = ddpc_env_choice(rt, "DDPC_BACKEND", backends, &be)))
+        (st = ddpc_env_choice(rt, "DDPC_BACKEND", backends, &be)) ||
+        (st = ddpc_env_long(rt, "DDPC_FLIGHT_RECORDER", 0, 1 << 20, &rt->flight_n)))
         return st;
+    rt->flight_dir = getenv("DDPC_FLIGHT_RECORDER_DIR");
+    if (!rt->flight_dir || !*rt->flight_dir)
+        rt->flight_dir = ".";
     rt->cfg.log_level = (ddpc_log_level_t)lv;
     rt->cfg.backend = (ddpc_backend_t)be;
     return DDPC_OK;
@@ -312,6 +316,7 @@ ddpc_status_t ddpc_finalize(ddpc_t rt)
 
 void ddpc_abort(ddpc_t rt, int code, const char *msg)
 {
+    ddpc_flight_dump(rt, msg, NULL, 0); /* DDPC_FLIGHT_RECORDER: what this rank did last */
     if (msg && *msg) {
         char line[2 * DDPC_ERRMSG_LEN];
         snprintf(line, sizeof line, "%s %s", rt ? rt->prefix : "ddpc[rank ?]", msg);

@@ -79,6 +79,9 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
         return st;
     bk->seq = ddpc_comm_seq(d->comm); /* the engine issues its collectives from one thread */
     bk->launched_once = 1;
+    char tag[32];
+    snprintf(tag, sizeof tag, "ddp bucket %d", b);
+    ddpc_comm_tag_next(d->comm, tag); /* for the flight recorder */
     if (d->cfg.compress == DDPC_F32) {
         st = ddpc_iallreduce(d->comm, g, g, bk->numel, DDPC_F32, DDPC_AVG, &bk->work);
     } else {
@@ -208,6 +211,7 @@ static ddpc_status_t device_unready(ddpc_ddp_t d, int unready, ddpc_status_t *la
                                                 cudaMemcpyHostToDevice, s),
                              "cudaMemcpyAsync")))
         return st;
+    ddpc_comm_tag_next(d->comm, "ddp unready check");
     if ((st = ddpc_allreduce(d->comm, d->d_unready, d->d_unready, 1, DDPC_I32, DDPC_MAX)))
         return ddp_err(d, st, "unready-parameter check: %s", ddpc_last_error(d->rt));
     if ((st = ddp_cuda_check(d, cudaMemcpyAsync(&d->h_unready[1], d->d_unready, sizeof(int32_t),
@@ -265,9 +269,10 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
         } else if (ON_DEVICE(d)) {
             st = device_unready(d, unready, &late);
             worst = 0;
-        } else if ((st = ddpc_allreduce(d->comm, &worst, &worst, 1, DDPC_I64, DDPC_MAX)) !=
-                   DDPC_OK) {
-            st = ddp_err(d, st, "unready-parameter check: %s", ddpc_last_error(d->rt));
+        } else {
+            ddpc_comm_tag_next(d->comm, "ddp unready check");
+            if ((st = ddpc_allreduce(d->comm, &worst, &worst, 1, DDPC_I64, DDPC_MAX)) != DDPC_OK)
+                st = ddp_err(d, st, "unready-parameter check: %s", ddpc_last_error(d->rt));
         }
     }
     for (int b = 0; b < d->nbuckets; b++) {
