@@ -722,6 +722,30 @@ static void log_progress(trainer_t *t, stats_t *st, int64_t step_in_epoch, doubl
 
 typedef enum { RUN_EPOCH_DONE, RUN_MAX_STEPS, RUN_STOPPED, RUN_FAILED } run_t;
 
+/* For the restart tests only: DDPC_TRAINER_TEST_FAIL_AT_STEP=N[:MARKER]
+ * makes the last rank exit 1 at once after step N (and its checkpoint), as a
+ * crashed rank would, leaving the others inside the next collective; with
+ * MARKER, only while the file MARKER does not exist (it is created), so that
+ * a restart gets past. */
+static void test_fail_at_step(trainer_t *t)
+{
+    const char *v = getenv("DDPC_TRAINER_TEST_FAIL_AT_STEP");
+    if (!v || t->rank != t->size - 1 || atoll(v) != t->step)
+        return;
+    const char *marker = strchr(v, ':');
+    if (marker && *++marker) {
+        if (access(marker, F_OK) == 0)
+            return;
+        FILE *f = fopen(marker, "w");
+        if (f)
+            fclose(f);
+    }
+    fprintf(stderr, "trainer[rank %d/%d]: DDPC_TRAINER_TEST_FAIL_AT_STEP=%s: exiting 1 after "
+            "step %lld, as a crash would\n", t->rank, t->size, v, (long long)t->step);
+    fflush(NULL);
+    _exit(TRAINER_EXIT_ERROR);
+}
+
 /* Train what is left of the current epoch. */
 static run_t train_epoch(trainer_t *t)
 {
@@ -755,6 +779,7 @@ static run_t train_epoch(trainer_t *t)
             return RUN_STOPPED;
         if (t->opt.ckpt_every && t->step % t->opt.ckpt_every == 0 && save_checkpoint(t, "periodic"))
             return RUN_FAILED;
+        test_fail_at_step(t);
     }
     return RUN_EPOCH_DONE;
 }

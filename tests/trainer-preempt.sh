@@ -90,3 +90,55 @@ grep -q 'CANCELLED AT .* DUE TO PREEMPTION' "$TMP/term.out" || fail "job $job wa
 grep -q 'stopped by SIGTERM with a checkpoint' "$TMP/term.out" || fail "the trainer did not stop on SIGTERM with exit 3"
 check_resumed term
 echo "ok: preemption: job $job stopped at step $stopped of $steps, requeued by Slurm, resumed: params_crc32=$ref as uninterrupted"
+
+# 3. a crashed rank, restarted in the allocation (DDPC_MAX_RESTARTS): the last
+# rank exits 1 after step 150 (once: a marker file); srun --kill-on-bad-exit=1
+# ends the step at once (not after DDPC_TIMEOUT, 600 s here), the script runs
+# it again, the trainer resumes from the checkpoint of step 150 and ends with
+# the uninterrupted run's parameters
+# submit_failing NAME EXTRA-ENV: the preemptible job with checkpoints every 50 steps
+submit_failing() {
+    # shellcheck disable=SC2086
+    sbatch --parsable -N2 --ntasks-per-node=1 -o "$TMP/$1.out" --chdir "$TMP" \
+        --export=ALL,DDPC_TRAINER="$TRAINER",DDPC_SRUN_MPI=$PLUGIN,DDPC_TIMEOUT=600,$2 \
+        "$top_srcdir/slurm/train-preemptible.sbatch" $ARGS --ckpt-dir "$TMP/$1.ck" --ckpt-every 50 \
+        --quiet
+}
+# wait_end JOB: until it left the queue; prints its state
+wait_end() {
+    i=0
+    while :; do
+        st=$(job_state "$1")
+        case $st in COMPLETED|FAILED|CANCELLED*|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) echo "$st"; return ;; esac
+        sleep 0.2; i=$((i + 1))
+        [ $i -lt 900 ] || { scancel "$1"; echo "STUCK($st)"; return; }
+    done
+}
+t0=$(date +%s)
+job=$(submit_failing crash "DDPC_MAX_RESTARTS=2,DDPC_TRAINER_TEST_FAIL_AT_STEP=150:$TMP/crash.marker") || fail "sbatch"
+st=$(wait_end "$job")
+dt=$(($(date +%s) - t0))
+cat "$TMP/crash.out"
+[ "$st" = COMPLETED ] || fail "crash: job $job ended $st"
+grep -q 'DDPC_TRAINER_TEST_FAIL_AT_STEP=150:.*exiting 1 after step 150' "$TMP/crash.out" || fail "crash: the rank did not crash"
+grep -q 'the step failed (exit [0-9]*): restart 1 of 2 in this allocation, from .*ckpt-00000150.h5' "$TMP/crash.out" ||
+    fail "crash: no restart from the checkpoint of step 150"
+grep -q "resumed from $TMP/crash.ck/ckpt-00000150.h5: step 150" "$TMP/crash.out" || fail "crash: the restart did not resume"
+grep -q "^final: .*steps=$steps .*params_crc32=$ref$" "$TMP/crash.out" || fail "crash: parameters differ from the uninterrupted run's ($ref)"
+[ "$dt" -lt 120 ] || fail "crash: the job took ${dt}s (the crashed step must end at once, not after DDPC_TIMEOUT)"
+echo "ok: a crashed rank: the step ended, restarted in the allocation, resumed at 150: params_crc32=$ref; ${dt}s for the whole job"
+
+# 4. a crash that repeats before any new checkpoint: restarts stop with exit 4
+t0=$(date +%s)
+job=$(submit_failing loop "DDPC_MAX_RESTARTS=3,DDPC_TRAINER_TEST_FAIL_AT_STEP=120") || fail "sbatch"
+st=$(wait_end "$job")
+dt=$(($(date +%s) - t0))
+cat "$TMP/loop.out"
+[ "$st" = FAILED ] || fail "loop: job $job ended $st, expected FAILED"
+grep -q 'the step failed again (exit [0-9]*) with no checkpoint newer than .*ckpt-00000100.h5: no progress, giving up (exit 4)' "$TMP/loop.out" ||
+    fail "loop: no 'no progress' verdict"
+[ "$(grep -c 'restart [0-9] of 3' "$TMP/loop.out")" -eq 1 ] || fail "loop: expected exactly one restart before giving up"
+code=$(sacct -n -X -j "$job" -o ExitCode 2>/dev/null | tr -d ' ' | head -n1)
+[ -z "$code" ] || [ "$code" = 4:0 ] || fail "loop: exit code $code, expected 4:0"
+echo "ok: a crash loop: one restart, then exit 4 (no progress) after ${dt}s"
+

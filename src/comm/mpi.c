@@ -373,6 +373,10 @@ static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
         ddpc_monitor_explain(c, w->seq, ex, sizeof ex); /* who never came, if it knows */
         char fr[4200];
         ddpc_flight_dump(c->rt, what, fr, sizeof fr);
+        /* a wait of 0 s polls an operation ahead of one that timed out: it has
+           been waiting at least the configured timeout */
+        if (timeout_s <= 0)
+            timeout_s = c->rt->cfg.timeout_s;
         return ddpc_err(c->rt, DDPC_ERR_TIMEOUT, MOD,
                         "%s did not complete within %gs: another rank has not called it "
                         "(crashed, stuck, or issuing collectives in a different order); set "
