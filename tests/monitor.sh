@@ -10,6 +10,7 @@
 #  - a frozen rank (SIGSTOP): named as having no heartbeat;
 #  - rank 0 frozen: the others say that rank 0, which keeps the table, does
 #    not answer;
+#  - a rank that finalizes and exits 0 early: named as gone;
 #  - the flight recorder (DDPC_FLIGHT_RECORDER) and ddpc-flight's verdicts;
 #  - DDPC_MONITOR=0 and a bad DDPC_DEBUG.
 . "$(dirname "$0")/lib.sh" || exit 99
@@ -68,6 +69,10 @@ kill -CONT "$victim" 2>/dev/null
 grep -q 'rank 0 did not answer within 3s (its process is stopped or overloaded)' "$TMP/r0" ||
     { cat "$TMP/r0"; fail "rank 0 frozen: no message saying it does not answer"; }
 echo "ok: rank 0 frozen: the others say it does not answer"
+
+# --- a rank that exits 0 early: named as gone (its side channel closed)
+DDPC_TIMEOUT=3 expect_fail_msg '1 rank\(s\) never entered #1: rank 1 on [^:]+: its side channel closed [0-9.]+s ago: exited or killed' \
+    mpirun_t 3 "$T" early 1
 
 # --- the flight recorder: the ranks that timed out dump their last collectives,
 # and ddpc-flight says who left none and what the others wait for

@@ -6,6 +6,8 @@
  *   late      rank LATE (argv[2], default size - 1) sleeps 8 s before the
  *             second all-reduce: the others time out (DDPC_TIMEOUT=2) and
  *             name it
+ *   early     rank LATE finalizes and exits 0 after the first all-reduce:
+ *             the others time out and name it as gone
  *   ok        three matching all-reduces (DDPC_DEBUG=detail must pass them)
  * Exit: 0 when every call succeeded, 3 on DDPC_ERR_MISMATCH, 4 on
  * DDPC_ERR_TIMEOUT (after ddpc_abort), 1 otherwise. */
@@ -40,6 +42,12 @@ int main(int argc, char **argv)
             n = 32;
         if (!strcmp(mode, "late") && k == 1 && rank == late)
             sleep(8);
+        if (!strcmp(mode, "early") && k == 1 && rank == late) {
+            printf("monitor_test: rank %d: leaving early\n", rank);
+            fflush(stdout);
+            ddpc_finalize(rt);
+            return 0;
+        }
         st = ddpc_allreduce(c, buf, buf, n, DDPC_F32, DDPC_SUM);
     }
     printf("monitor_test: rank %d: %s%s%s\n", rank, ddpc_strerror(st), st ? ": " : "",
