@@ -5,6 +5,8 @@
 #   ends where an uninterrupted run ends; the partial .tmp is ignored, then
 #   removed by the next save;
 # - a truncated or bit-flipped newest checkpoint is skipped with a warning;
+# - a hostile one (an external or soft link, a virtual dataset, external raw
+#   storage in place of a parameter) is refused before any data is read;
 # - a checkpoint of another model is refused, naming the parameter.
 . "$(dirname "$0")/lib.sh"
 TRAIN="$top_builddir/tests/mpi_ckpt_train"
@@ -70,6 +72,52 @@ if command -v h5dump >/dev/null; then
 else
     echo "SKIP part: no h5dump to find a dataset's offset (apt-get install hdf5-tools)"
 fi
+
+# hostile files (HDF5 is not designed for crafted input): the newest checkpoint
+# with a parameter that is an external link, a soft link, a virtual dataset or
+# stored in an external raw file is refused before any data is read, with a
+# warning, and the previous one is used; the linked file is never opened
+cp "$TMP/good.h5" "$f"
+PY=
+for p in python3 /usr/bin/python3; do
+    "$p" -c 'import h5py, numpy' 2>/dev/null && { PY=$p; break; }
+done
+[ -n "$PY" ] || fail "no python3 with h5py to build hostile checkpoints (apt-get install python3-h5py)"
+for kind in external soft virtual rawfile; do
+    cp "$TMP/good.h5" "$f"
+    "$PY" - "$f" "$kind" "$TMP" <<'PY' || fail "$kind: could not build the hostile file"
+import sys, h5py, numpy as np
+path, kind, tmp = sys.argv[1:]
+with h5py.File(path, "r+") as h:
+    name = "/model/fc.weight"
+    data = h[name][...]
+    del h[name]
+    if kind == "external":
+        with h5py.File(tmp + "/elsewhere.h5", "w") as o:
+            o["w"] = data
+        h[name] = h5py.ExternalLink(tmp + "/elsewhere.h5", "/w")
+    elif kind == "soft":
+        h["/model/hidden"] = data
+        h[name] = h5py.SoftLink("/model/hidden")
+    elif kind == "virtual":
+        with h5py.File(tmp + "/elsewhere.h5", "w") as o:
+            o["w"] = data
+        lay = h5py.VirtualLayout(shape=data.shape, dtype=data.dtype)
+        lay[...] = h5py.VirtualSource(tmp + "/elsewhere.h5", "w", shape=data.shape)
+        h.create_virtual_dataset(name, lay)
+    else:
+        data.tofile(tmp + "/raw.bin")
+        h.create_dataset(name, shape=data.shape, dtype=data.dtype,
+                         external=[(tmp + "/raw.bin", 0, data.nbytes)])
+PY
+    run "$TMP/$kind" --dir "$d" --steps 20
+    grep -q "^resumed step=5 " "$TMP/$kind" || { cat "$TMP/$kind"; fail "$kind: did not fall back to step 5"; }
+    grep -q "warning: ckpt: $f is refused: /model/fc.weight is .*skipping it for the previous checkpoint" "$TMP/$kind" ||
+        { cat "$TMP/$kind"; fail "$kind: no warning naming the hostile dataset"; }
+    grep -q "^final step=20 state=$ref$" "$TMP/$kind" || { cat "$TMP/$kind"; fail "$kind: final state is not $ref"; }
+    echo "ok: $kind: $(grep -o 'refused: [^(]*' "$TMP/$kind" | head -n1)"
+done
+cp "$TMP/good.h5" "$f"
 
 # another model: the same run with 17 inputs instead of 16
 expect_fail_msg 'ckpt-00000020.h5 does not match: /model/fc.weight is float32\[1, 17\] here but float32\[1, 16\] in the checkpoint' \

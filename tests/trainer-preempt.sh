@@ -142,3 +142,23 @@ code=$(sacct -n -X -j "$job" -o ExitCode 2>/dev/null | tr -d ' ' | head -n1)
 [ -z "$code" ] || [ "$code" = 4:0 ] || fail "loop: exit code $code, expected 4:0"
 echo "ok: a crash loop: one restart, then exit 4 (no progress) after ${dt}s"
 
+
+# 5. scontrol suspend / resume: the whole job stopped for three times its
+# timeout (DDPC_TIMEOUT=2, 6 s) resumes without a spurious timeout (the
+# timeouts count the time the processes run) and ends with the uninterrupted
+# run's parameters
+job=$(sbatch --parsable -N2 --ntasks-per-node=1 -o "$TMP/susp.out" --chdir "$TMP" \
+    --export=ALL,DDPC_TRAINER="$TRAINER",DDPC_SRUN_MPI=$PLUGIN,DDPC_TIMEOUT=2,DDPC_TRAINER_TEST_STEP_SLEEP=0.01 \
+    "$top_srcdir/slurm/train-preemptible.sbatch" $ARGS --ckpt-dir "$TMP/susp.ck" --log-every 20 \
+    --metrics "$TMP/susp.jsonl") || fail "sbatch"
+wait_step susp "$job"
+scontrol suspend "$job" || fail "scontrol suspend $job"
+sleep 6
+[ "$(job_state "$job")" = SUSPENDED ] || fail "job $job is $(job_state "$job") after scontrol suspend"
+scontrol resume "$job" || fail "scontrol resume $job"
+st=$(wait_end "$job")
+cat "$TMP/susp.out"
+[ "$st" = COMPLETED ] || fail "suspend: job $job ended $st"
+if grep -q 'did not complete within' "$TMP/susp.out"; then fail "suspend: a spurious timeout"; fi
+grep -q "^final: .*steps=$steps .*params_crc32=$ref$" "$TMP/susp.out" || fail "suspend: parameters differ ($ref)"
+echo "ok: suspended 6 s with DDPC_TIMEOUT=2, resumed, no timeout: params_crc32=$ref"

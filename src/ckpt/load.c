@@ -99,6 +99,52 @@ static ddpc_status_t check_item(ddpc_ckpt_t ck, hid_t f, const char *file, const
                   file, it->path, mine, theirs);
 }
 
+/* A checkpoint is untrusted input (HDF5's security policy: the library is
+ * not designed for crafted files). Before any data is read, every dataset
+ * the load will read must be reached through hard links only and keep its
+ * data in this file: an external or soft link, a virtual dataset or external
+ * storage would make HDF5 open other files, which the loader refuses. NULL
+ * when it is fine (or missing: check_item says that), else why (in buf). */
+static const char *foreign(hid_t f, const char *path, char *buf, size_t n)
+{
+    char prefix[CK_DSET_MAX];
+    size_t len = strlen(path);
+    if (len >= sizeof prefix)
+        return NULL;
+    for (size_t i = 1; i <= len; i++) {
+        if (path[i] != '/' && path[i] != 0)
+            continue;
+        memcpy(prefix, path, i);
+        prefix[i] = 0;
+        H5L_info_t li;
+        if (H5Lexists(f, prefix, H5P_DEFAULT) <= 0 || H5Lget_info(f, prefix, &li, H5P_DEFAULT) < 0)
+            return NULL;
+        if (li.type != H5L_TYPE_HARD) {
+            snprintf(buf, n, "%s is %s link", prefix,
+                     li.type == H5L_TYPE_SOFT       ? "a soft"
+                     : li.type == H5L_TYPE_EXTERNAL ? "an external"
+                                                    : "a user-defined");
+            return buf;
+        }
+    }
+    hid_t ds = H5Dopen2(f, path, H5P_DEFAULT);
+    if (ds < 0)
+        return NULL;
+    hid_t dcpl = H5Dget_create_plist(ds);
+    const char *why = NULL;
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_VIRTUAL)
+        why = "a virtual dataset";
+    else if (dcpl >= 0 && H5Pget_external_count(dcpl) > 0)
+        why = "a dataset stored in external files";
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    H5Dclose(ds);
+    if (!why)
+        return NULL;
+    snprintf(buf, n, "%s is %s", path, why);
+    return buf;
+}
+
 /* Parameters in order: names (the /model "names" list) and shapes; the first
  * difference is named. *bad: the file itself is unreadable. */
 static ddpc_status_t check_model(ddpc_ckpt_t ck, hid_t f, const char *file, const ck_item_t *items,
@@ -257,6 +303,17 @@ static ddpc_status_t check_file(ddpc_ckpt_t ck, hid_t f, const char *file, const
     if (ck_attr_get_str(f, "format", fmt, sizeof fmt) < 0 || strcmp(fmt, CK_FORMAT))
         return ck_err(ck, DDPC_ERR_FORMAT, "%s is not a ddpc checkpoint (attribute format is \"%s\", "
                       "expected \"%s\")", file, fmt, CK_FORMAT);
+    /* nothing else is opened before the groups and datasets are known to be local */
+    static const char *const groups[] = {"/model", "/optim", "/sampler", "/rng", "/user"};
+    char why[CK_DSET_MAX + 64];
+    const char *no = NULL;
+    for (size_t i = 0; !no && i < sizeof groups / sizeof *groups; i++)
+        no = foreign(f, groups[i], why, sizeof why);
+    for (int i = 0; !no && i < nitems; i++)
+        no = foreign(f, items[i].path, why, sizeof why);
+    if (no) /* unusable (*bad): the previous checkpoint is tried */
+        return ck_err(ck, DDPC_ERR_FORMAT, "%s is refused: %s (a checkpoint keeps its data in "
+                      "plain groups and datasets of its own file)", file, no);
     if (ck_attr_get(f, "format_version", H5T_NATIVE_INT, &ver) < 0 ||
         ck_attr_get(f, "model_fingerprint", H5T_NATIVE_UINT64, &fp) < 0 || read_meta(f, h) < 0)
         return ck_err(ck, DDPC_ERR_FORMAT, "%s: cannot read its attributes: %s", file,

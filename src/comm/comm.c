@@ -148,6 +148,27 @@ void comm_divide(void *buf, size_t count, ddpc_dtype_t dt, int size)
     }
 }
 
+void comm_clock_start(comm_clock_t *k)
+{
+    k->last = ddpc_now();
+    k->counted = 0;
+}
+
+int comm_clock_wait(pthread_cond_t *cv, pthread_mutex_t *mu, comm_clock_t *k, double timeout_s)
+{
+    double left = timeout_s - k->counted;
+    if (left <= 0)
+        return 1;
+    double slice = left < COMM_SLICE_S ? left : COMM_SLICE_S;
+    struct timespec dl;
+    comm_deadline(&dl, slice);
+    pthread_cond_timedwait(cv, mu, &dl);
+    double now = ddpc_now(), d = now - k->last;
+    k->last = now;
+    k->counted += d > slice + COMM_STOP_GAP_S ? slice : d; /* a stop: not counted */
+    return k->counted >= timeout_s;
+}
+
 void comm_deadline(struct timespec *ts, double s)
 {
     clock_gettime(CLOCK_REALTIME, ts);

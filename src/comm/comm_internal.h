@@ -115,6 +115,23 @@ void comm_divide(void *buf, size_t count, ddpc_dtype_t dt, int size);
 /* *ts = CLOCK_REALTIME now + s seconds, for pthread_cond_timedwait. */
 void comm_deadline(struct timespec *ts, double s);
 
+/* A timeout that counts only the time this process runs: Slurm's `scontrol
+ * suspend` stops every task of a job (SIGSTOP) and `resume` continues them,
+ * and a job stopped as a whole must not find its collectives timed out when
+ * it resumes. The waiter sleeps in slices of at most COMM_SLICE_S; a slice
+ * that took more than COMM_STOP_GAP_S longer than asked was a stop, and
+ * only the slice is counted. Usage, with mu held:
+ *   comm_clock_t k; comm_clock_start(&k);
+ *   while (!cond && !comm_clock_wait(&cv, &mu, &k, timeout_s)) {}
+ * comm_clock_wait returns 1 once the counted time reached timeout_s. */
+#define COMM_SLICE_S 0.5
+#define COMM_STOP_GAP_S 2.0
+typedef struct {
+    double last, counted;
+} comm_clock_t;
+void comm_clock_start(comm_clock_t *k);
+int comm_clock_wait(pthread_cond_t *cv, pthread_mutex_t *mu, comm_clock_t *k, double timeout_s);
+
 /* A pool of CUDA events (cudaEvent_t as void *, timing disabled), so that a
  * collective takes one made with its communicator instead of creating one
  * inside a step. Not locked: the backends hold their communicator's mutex.

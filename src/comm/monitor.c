@@ -817,8 +817,8 @@ ddpc_status_t ddpc_monitor_check(struct ddpc_comm *c, uint64_t seq, int op, size
     x.count = count;
     x.dt = (uint32_t)dt;
     x.root = root;
-    struct timespec ts;
-    comm_deadline(&ts, rt->cfg.timeout_s);
+    comm_clock_t k; /* a suspended job's stop does not count */
+    comm_clock_start(&k);
     int verdict = -1, timed_out = 0;
     char text[512] = "";
     if (m->rank == 0) {
@@ -826,7 +826,7 @@ ddpc_status_t ddpc_monitor_check(struct ddpc_comm *c, uint64_t seq, int op, size
         uint64_t before = m->chk[c->id].decided;
         check_in_locked(m, &x);
         while (m->chk[c->id].decided == before && !timed_out)
-            timed_out = pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT;
+            timed_out = comm_clock_wait(&m->cv, &m->mu, &k, rt->cfg.timeout_s);
         if (m->chk[c->id].decided != before) {
             verdict = m->chk[c->id].verdict;
             snprintf(text, sizeof text, "%s", m->chk[c->id].text);
@@ -841,7 +841,7 @@ ddpc_status_t ddpc_monitor_check(struct ddpc_comm *c, uint64_t seq, int op, size
         pthread_mutex_unlock(&m->send_mu);
         pthread_mutex_lock(&m->mu);
         while (!bad && !m->gone0 && !(m->have_reply && m->reply.type == M_VERDICT) && !timed_out)
-            timed_out = pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT;
+            timed_out = comm_clock_wait(&m->cv, &m->mu, &k, rt->cfg.timeout_s);
         if (m->have_reply && m->reply.type == M_VERDICT) {
             verdict = m->reply.verdict;
             snprintf(text, sizeof text, "%s", m->reply.text);

@@ -358,13 +358,12 @@ static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
 {
     struct ddpc_comm *c = w->comm;
     mpi_impl_t *m = c->impl;
-    struct timespec dl;
-    comm_deadline(&dl, timeout_s);
-    int rc = 0;
+    comm_clock_t k;
+    comm_clock_start(&k);
     pthread_mutex_lock(&c->mu);
     w->waited = 1;
-    while (!w->done && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&m->work_done, &c->mu, &dl);
+    while (!w->done && !comm_clock_wait(&m->work_done, &c->mu, &k, timeout_s)) {
+    }
     int done = w->done;
     pthread_mutex_unlock(&c->mu);
     if (!done) {
@@ -394,14 +393,13 @@ static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
 static ddpc_status_t mpi_synchronize(struct ddpc_comm *c, double timeout_s)
 {
     mpi_impl_t *m = c->impl;
-    struct timespec dl;
-    comm_deadline(&dl, timeout_s);
-    int rc = 0;
+    comm_clock_t k;
+    comm_clock_start(&k);
     pthread_mutex_lock(&c->mu);
     const uint64_t target = c->seq;
     m->sync_waiters++;
-    while (m->completed < target && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&m->work_done, &c->mu, &dl);
+    while (m->completed < target && !comm_clock_wait(&m->work_done, &c->mu, &k, timeout_s)) {
+    }
     m->sync_waiters--;
     int idle = m->completed >= target;
     pthread_mutex_unlock(&c->mu);

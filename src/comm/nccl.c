@@ -304,9 +304,17 @@ static void *watchdog_main(void *arg)
     nccl_impl_t *n = c->impl;
     cudaSetDevice(c->device); /* event queries on this thread */
     pthread_mutex_lock(&c->mu);
+    double last = ddpc_now();
     while (!n->stop) {
         ddpc_status_t st;
         char msg[DDPC_ERRMSG_LEN];
+        /* a stretch in which the process did not run (scontrol suspend: SIGSTOP)
+           does not count toward the deadlines (comm_clock_t's rule) */
+        double now = ddpc_now();
+        if (now - last > WATCH_PERIOD_S + COMM_STOP_GAP_S)
+            for (struct ddpc_work *w = n->head; w; w = w->next)
+                w->deadline += now - last - WATCH_PERIOD_S;
+        last = now;
         if (!c->failed) {
             poll_locked(c, &st, msg, sizeof msg);
             if (st) {
