@@ -11,6 +11,8 @@
 #  - rank 0 frozen: the others say that rank 0, which keeps the table, does
 #    not answer;
 #  - a rank that finalizes and exits 0 early: named as gone;
+#  - every rank stopped (scontrol suspend) in the middle of a wait for
+#    longer than the timeout: no timeout after they continue;
 #  - the flight recorder (DDPC_FLIGHT_RECORDER) and ddpc-flight's verdicts;
 #  - DDPC_MONITOR=0 and a bad DDPC_DEBUG.
 . "$(dirname "$0")/lib.sh" || exit 99
@@ -69,6 +71,25 @@ kill -CONT "$victim" 2>/dev/null
 grep -q 'rank 0 did not answer within 3s (its process is stopped or overloaded)' "$TMP/r0" ||
     { cat "$TMP/r0"; fail "rank 0 frozen: no message saying it does not answer"; }
 echo "ok: rank 0 frozen: the others say it does not answer"
+
+# --- the whole job stopped (what scontrol suspend does: SIGSTOP to every task)
+# for longer than its timeout, while rank 0 waits for rank 1: the timeout
+# counts only the time the processes run, so nothing times out after SIGCONT
+DDPC_TIMEOUT=4 mpirun_t 2 "$T" late 1 2 >"$TMP/susp" 2>&1 &
+job=$!
+p0=$(pid_of "$TMP/susp" 0) p1=$(pid_of "$TMP/susp" 1)
+i=0
+until grep -q 'rank 0: entering #1' "$TMP/susp"; do
+    i=$((i + 1)); [ $i -lt 100 ] || { cat "$TMP/susp"; fail "suspend: rank 0 never reached #1"; }
+    sleep 0.1
+done
+sleep 1
+kill -STOP "$p0" "$p1"
+sleep 6
+kill -CONT "$p0" "$p1"
+wait $job || { cat "$TMP/susp"; fail "suspend: a stop of 6 s (DDPC_TIMEOUT=4) during a wait failed the job"; }
+[ "$(grep -c ': success$' "$TMP/susp")" -eq 2 ] || { cat "$TMP/susp"; fail "suspend: expected 2 successes"; }
+echo "ok: the job stopped for 6 s in the middle of a wait (DDPC_TIMEOUT=4): no timeout after SIGCONT"
 
 # --- a rank that exits 0 early: named as gone (its side channel closed)
 DDPC_TIMEOUT=3 expect_fail_msg '1 rank\(s\) never entered #1: rank 1 on [^:]+: its side channel closed [0-9.]+s ago: exited or killed' \

@@ -3,9 +3,10 @@
  * returned, one line each.
  *   mismatch  rank 1 all-reduces 32 floats where the others reduce 16
  *             (run with DDPC_DEBUG=detail: every rank fails at once)
- *   late      rank LATE (argv[2], default size - 1) sleeps 8 s before the
- *             second all-reduce: the others time out (DDPC_TIMEOUT=2) and
- *             name it
+ *   late      rank LATE (argv[2], default size - 1) sleeps S s (argv[3],
+ *             default 8) before the second all-reduce: with DDPC_TIMEOUT=2
+ *             the others time out and name it; each rank says when it
+ *             enters that all-reduce
  *   early     rank LATE finalizes and exits 0 after the first all-reduce:
  *             the others time out and name it as gone
  *   ok        three matching all-reduces (DDPC_DEBUG=detail must pass them)
@@ -30,6 +31,7 @@ int main(int argc, char **argv)
     ddpc_comm_t c = ddpc_comm_world(rt);
     int rank = ddpc_comm_rank(c), size = ddpc_comm_size(c);
     int late = argc > 2 ? atoi(argv[2]) : size - 1;
+    unsigned nap = argc > 3 ? (unsigned)atoi(argv[3]) : 8;
     printf("monitor_test: rank %d pid %d\n", rank, (int)getpid()); /* for the script's kill */
     fflush(stdout);
     float buf[64];
@@ -41,7 +43,11 @@ int main(int argc, char **argv)
         if (!strcmp(mode, "mismatch") && k == 1 && rank == 1)
             n = 32;
         if (!strcmp(mode, "late") && k == 1 && rank == late)
-            sleep(8);
+            sleep(nap);
+        if (k == 1) {
+            printf("monitor_test: rank %d: entering #1\n", rank);
+            fflush(stdout);
+        }
         if (!strcmp(mode, "early") && k == 1 && rank == late) {
             printf("monitor_test: rank %d: leaving early\n", rank);
             fflush(stdout);

@@ -143,10 +143,11 @@ code=$(sacct -n -X -j "$job" -o ExitCode 2>/dev/null | tr -d ' ' | head -n1)
 echo "ok: a crash loop: one restart, then exit 4 (no progress) after ${dt}s"
 
 
-# 5. scontrol suspend / resume: the whole job stopped for three times its
-# timeout (DDPC_TIMEOUT=2, 6 s) resumes without a spurious timeout (the
-# timeouts count the time the processes run) and ends with the uninterrupted
-# run's parameters
+# 5. scontrol suspend / resume, end to end: the whole job stopped for three
+# times its timeout (DDPC_TIMEOUT=2, 6 s) resumes and ends with the
+# uninterrupted run's parameters (the timeouts count the time the processes
+# run; tests/monitor.sh stops a job in the middle of a wait, which fails
+# without that rule)
 job=$(sbatch --parsable -N2 --ntasks-per-node=1 -o "$TMP/susp.out" --chdir "$TMP" \
     --export=ALL,DDPC_TRAINER="$TRAINER",DDPC_SRUN_MPI=$PLUGIN,DDPC_TIMEOUT=2,DDPC_TRAINER_TEST_STEP_SLEEP=0.01 \
     "$top_srcdir/slurm/train-preemptible.sbatch" $ARGS --ckpt-dir "$TMP/susp.ck" --log-every 20 \
