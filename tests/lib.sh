@@ -28,11 +28,13 @@ PLUGIN=pmix
 # so that its start does not fail with "No such device" when the Slurm
 # testbed adds or removes its network interfaces at the same moment
 # (make -j check; about 4% of starts without this).
+# DDPC_TEST_WRAP (tests/sanitize.sh): a command prefix for the ranks only
+# (env LD_PRELOAD=... for the sanitizer runs), not for the launcher.
 mpirun_t() {
     local np=$1; shift
     # shellcheck disable=SC2086
     timeout -k 5 "$TEST_TIMEOUT" env -u SLURM_CONF UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}" \
-        $MPIEXEC $MPIEXEC_FLAGS -n "$np" "$@"
+        $MPIEXEC $MPIEXEC_FLAGS -n "$np" ${DDPC_TEST_WRAP:-} "$@"
 }
 
 # expect_fail_msg "PATTERN" CMD...: CMD must exit non-zero (not by timeout)

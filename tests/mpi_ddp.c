@@ -28,7 +28,8 @@ static ddpc_ddp_t make_ddp(const ddpc_ddp_config_t *cfg)
     ck_assert_int_eq(ddpc_ddp_add_param(d, "b", 1, bs, NULL), DDPC_OK);
     ck_assert_msg(ddpc_ddp_build(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
     size_t n;
-    init_params(ddpc_ddp_params(d, &n), n, T_rank);
+    float *p = ddpc_ddp_params(d, &n); /* n is set by the call: not in the same expression */
+    init_params(p, n, T_rank);
     ck_assert_int_eq(ddpc_ddp_broadcast_params(d), DDPC_OK);
     return d;
 }
