@@ -695,32 +695,44 @@ static int cuda_upload(model_t *m, const float *x, const uint8_t *y, int B)
     return 0;
 }
 
-/* The forward GEMM of layer l on input a (GEMM type), output out. */
+/* A GEMM D (M x N, ldd) = alpha op(A) op(B) + beta D of layer l, without an
+ * epilogue (the callers add theirs); N or K is the batch, set by the caller. */
+static gemm_t gemm_of(int layer, int kind, cublasOperation_t ta, cublasOperation_t tb, int M,
+                      int N, int K, const void *A, cudaDataType_t at, int lda, const void *B,
+                      cudaDataType_t bt, int ldb, void *D, cudaDataType_t dt, int ldd, float beta)
+{
+    gemm_t g;
+    memset(&g, 0, sizeof g);
+    g.layer = layer;
+    g.kind = kind;
+    g.ta = ta;
+    g.tb = tb;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = A;
+    g.at = at;
+    g.lda = lda;
+    g.Bm = B;
+    g.bt = bt;
+    g.ldb = ldb;
+    g.D = D;
+    g.dt = dt;
+    g.ldd = ldd;
+    g.alpha = 1.0f;
+    g.beta = beta;
+    g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    return g;
+}
+
+/* The forward GEMM of layer l on input a (GEMM type): Y = op_T(W) a (+ bias, ReLU) */
 static gemm_t fwd_gemm(model_t *m, int l, const void *a, int fuse)
 {
     const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
     const int last = l == m->nlayers - 1;
-    gemm_t g;
-    memset(&g, 0, sizeof g);
-    g.layer = l;
-    g.kind = G_FWD;
-    g.ta = CUBLAS_OP_T;
-    g.tb = CUBLAS_OP_N;
-    g.M = out;
-    g.N = 0; /* the caller's batch */
-    g.K = in;
-    g.A = W_of(m, l);
-    g.at = m->ctype;
-    g.lda = in;
-    g.Bm = a;
-    g.bt = m->ctype;
-    g.ldb = in;
-    g.D = last ? (void *)m->logits : m->act[l];
-    g.dt = last ? CUDA_R_32F : m->ctype;
-    g.ldd = out;
-    g.alpha = 1.0f;
-    g.beta = 0.0f;
-    g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    gemm_t g = gemm_of(l, G_FWD, CUBLAS_OP_T, CUBLAS_OP_N, out, 0, in, W_of(m, l), m->ctype, in,
+                       a, m->ctype, in, last ? (void *)m->logits : m->act[l],
+                       last ? CUDA_R_32F : m->ctype, out, 0.0f);
     if (fuse & FUSE_FWD) {
         g.bias = (void *)fwd_bias(m, l);
         g.epi = last ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
@@ -732,33 +744,14 @@ static gemm_t fwd_gemm(model_t *m, int l, const void *a, int fuse)
     return g;
 }
 
-/* The weight-gradient GEMM of layer l: dW += a * d^T */
+/* The weight-gradient GEMM of layer l: dW += a * op_T(d), float32 into the arena */
 static gemm_t dw_gemm(model_t *m, int l, const void *a, const void *d, cudaDataType_t dtype,
                       int fuse)
 {
     const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
-    gemm_t g;
-    memset(&g, 0, sizeof g);
-    g.layer = l;
-    g.kind = G_DW;
-    g.ta = CUBLAS_OP_N;
-    g.tb = CUBLAS_OP_T;
-    g.M = in;
-    g.N = out;
-    g.K = 0; /* the batch */
-    g.A = a;
-    g.at = m->ctype;
-    g.lda = in;
-    g.Bm = d;
-    g.bt = dtype;
-    g.ldb = out;
-    g.D = dW_of(m, l);
-    g.dt = CUDA_R_32F;
-    g.ldd = in;
-    g.alpha = 1.0f;
-    g.beta = 1.0f;
-    g.epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if ((fuse & FUSE_BGRAD) && l == m->nlayers - 1) { /* the last bias gradient, float32 (D's type) */
+    gemm_t g = gemm_of(l, G_DW, CUBLAS_OP_N, CUBLAS_OP_T, in, out, 0, a, m->ctype, in, d, dtype,
+                       out, dW_of(m, l), CUDA_R_32F, in, 1.0f);
+    if ((fuse & FUSE_BGRAD) && l == m->nlayers - 1) { /* the last bias gradient, float32 */
         g.epi = CUBLASLT_EPILOGUE_BGRADB;
         g.bias = m->bscratch;
     }
@@ -769,27 +762,8 @@ static gemm_t dw_gemm(model_t *m, int l, const void *a, const void *d, cudaDataT
 static gemm_t dx_gemm(model_t *m, int l, const void *d, void *dprev, int fuse)
 {
     const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
-    gemm_t g;
-    memset(&g, 0, sizeof g);
-    g.layer = l;
-    g.kind = G_DX;
-    g.ta = CUBLAS_OP_N;
-    g.tb = CUBLAS_OP_N;
-    g.M = in;
-    g.N = 0; /* the batch */
-    g.K = out;
-    g.A = W_of(m, l);
-    g.at = m->ctype;
-    g.lda = in;
-    g.Bm = d;
-    g.bt = m->ctype;
-    g.ldb = out;
-    g.D = dprev;
-    g.dt = m->ctype;
-    g.ldd = in;
-    g.alpha = 1.0f;
-    g.beta = 0.0f;
-    g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    gemm_t g = gemm_of(l, G_DX, CUBLAS_OP_N, CUBLAS_OP_N, in, 0, out, W_of(m, l), m->ctype, in, d,
+                       m->ctype, out, dprev, m->ctype, in, 0.0f);
     if ((fuse & FUSE_DX) && (fuse & FUSE_FWD)) { /* layer l-1's bias gradient, D's type */
         g.epi = CUBLASLT_EPILOGUE_DRELU_BGRAD;
         g.bias = m->bscratch;

@@ -256,6 +256,13 @@ START_TEST(truncated_raw_and_gzip)
     open_fails("short.gz", "labels", DDPC_ERR_FORMAT, "is truncated", "short.gz", "has 48");
     write_dataset(5, "");
     open_fails("images", "shortlabels", DDPC_ERR_FORMAT, "truncated", "5 labels", "has 2");
+    /* a header that claims 2^31 - 1 images of 64x64 (8 TiB) over a few bytes
+     * of data: refused as truncated, without allocating what it claims (the
+     * fuzzer's first find: tests/fuzz/seeds/idx/regress-huge-header) */
+    uint32_t huge[3] = {0x7fffffffu, 64, 64};
+    write_idx("huge", 0x803, 3, huge, data, 40);
+    open_fails("huge", "labels", DDPC_ERR_FORMAT, "huge\" is truncated",
+               "header says 2147483647 images of 64x64", "the file has 40");
     /* a header cut short */
     write_idx("hdr", 0x803, 1, d3, data, 0);
     open_fails("hdr", "labels", DDPC_ERR_FORMAT, "hdr\" is truncated: 8 bytes",

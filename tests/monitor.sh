@@ -49,25 +49,23 @@ pid_of() {
     done
     echo "$p"
 }
-DDPC_TIMEOUT=4 mpirun_t 3 "$T" late 1 >"$TMP/frozen" 2>&1 &
-job=$!
-victim=$(pid_of "$TMP/frozen" 1)
-sleep 1
-kill -STOP "$victim"
-wait $job
-kill -CONT "$victim" 2>/dev/null
+# frozen OUT RANK NP T: `late RANK` with DDPC_TIMEOUT=T, RANK stopped 1 s in
+frozen() {
+    DDPC_TIMEOUT=$4 mpirun_t "$3" "$T" late "$2" >"$1" 2>&1 &
+    job=$!
+    victim=$(pid_of "$1" "$2")
+    sleep 1
+    kill -STOP "$victim"
+    wait $job
+    kill -CONT "$victim" 2>/dev/null
+}
+frozen "$TMP/frozen" 1 3 4
 grep -Eq 'never entered #1: rank 1 on [^:]+: no heartbeat for [0-9.]+s: stopped \(SIGSTOP, a debugger\), hung hard, or its node is gone' "$TMP/frozen" ||
     { cat "$TMP/frozen"; fail "frozen rank not named as stopped"; }
 echo "ok: a frozen rank: $(grep -m1 -o 'never entered #1: rank 1 on [^;]*' "$TMP/frozen")"
 
 # --- rank 0 frozen: the others cannot ask it, and say so
-DDPC_TIMEOUT=3 mpirun_t 3 "$T" late 0 >"$TMP/r0" 2>&1 &
-job=$!
-victim=$(pid_of "$TMP/r0" 0)
-sleep 1
-kill -STOP "$victim"
-wait $job
-kill -CONT "$victim" 2>/dev/null
+frozen "$TMP/r0" 0 3 3
 grep -q 'rank 0 did not answer within 3s (its process is stopped or overloaded)' "$TMP/r0" ||
     { cat "$TMP/r0"; fail "rank 0 frozen: no message saying it does not answer"; }
 echo "ok: rank 0 frozen: the others say it does not answer"

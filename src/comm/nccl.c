@@ -151,6 +151,16 @@ static void unref(struct ddpc_comm *c, struct ddpc_work *w)
     free(w);
 }
 
+/* With c->mu held: w joins the in-flight list that the watchdog polls. */
+static void track(nccl_impl_t *n, struct ddpc_work *w)
+{
+    if (n->tail)
+        n->tail->next = w;
+    else
+        n->head = w;
+    n->tail = w;
+}
+
 /* ------------------------------------------------------------------ issue */
 
 static ncclResult_t issue(struct ddpc_comm *c, nccl_impl_t *n, struct ddpc_work *w)
@@ -232,11 +242,7 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
         return DDPC_OK;
     }
     w->refs = 2; /* the caller's handle, the in-flight list */
-    if (n->tail)
-        n->tail->next = w;
-    else
-        n->head = w;
-    n->tail = w;
+    track(n, w);
     return DDPC_OK;
 }
 
@@ -484,11 +490,7 @@ static ddpc_status_t nccl_watch(struct ddpc_comm *c, struct ddpc_work *w)
     }
     w->ev_done = done;
     w->refs = 1; /* the in-flight list only */
-    if (n->tail)
-        n->tail->next = w;
-    else
-        n->head = w;
-    n->tail = w;
+    track(n, w);
     return DDPC_OK;
 }
 

@@ -123,12 +123,36 @@ static ddpc_status_t read_idx(ddpc_idx_t ds, const char *path, uint32_t magic, i
         dims[d] = v;
         total *= v;
     }
-    *data = malloc(total);
+    /* The header is not trusted with the allocation: the buffer grows with
+     * what the file holds (doubling, up to the header's size), so that a
+     * short file claiming terabytes is refused as truncated, not by malloc. */
+    size_t cap = total < ((size_t)1 << 20) ? total : ((size_t)1 << 20), got = 0;
+    *data = malloc(cap);
+    k = 0;
+    while (*data) {
+        long long r = gz_read_all(f, *data + got, cap - got);
+        if (r < 0) {
+            k = -1;
+            break;
+        }
+        got += (size_t)r;
+        k = (long long)got;
+        if (got < cap || cap == total)
+            break; /* the file ended, or the data is complete */
+        size_t grow = cap > total / 2 ? total : 2 * cap;
+        unsigned char *bigger = realloc(*data, grow);
+        if (!bigger) {
+            free(*data);
+            *data = NULL;
+            break;
+        }
+        *data = bigger;
+        cap = grow;
+    }
     if (!*data) {
-        st = fail(ds, DDPC_ERR_NOMEM, "cannot allocate %zu bytes for \"%s\"", total, path);
+        st = fail(ds, DDPC_ERR_NOMEM, "cannot allocate %zu bytes for \"%s\"", cap, path);
         goto out;
     }
-    k = gz_read_all(f, *data, total);
     if (k < 0) {
         st = read_failed(ds, f, path);
         goto out;
