@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -347,7 +348,14 @@ static void *root_main(void *arg)
             if (!pf[i].revents)
                 continue;
             if (who[i] == -2) {
-                int fd = accept(m->lfd, NULL, NULL);
+                int fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC);
+                /* a peer that sends half a message, or stops reading, must not
+                   hold this thread: its reads and writes give up after 2 s */
+                struct timeval tv = {2, 0};
+                if (fd >= 0) {
+                    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+                    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+                }
                 int slot = -1;
                 for (int j = 0; j < npending && slot < 0; j++)
                     if (pending[j] < 0)
