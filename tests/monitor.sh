@@ -11,6 +11,7 @@
 #  - rank 0 frozen: the others say that rank 0, which keeps the table, does
 #    not answer;
 #  - a rank that finalizes and exits 0 early: named as gone;
+#  - the launcher (mpiexec) killed: no rank outlives it by 10 s;
 #  - every rank stopped (scontrol suspend) in the middle of a wait for
 #    longer than the timeout: no timeout after they continue;
 #  - the flight recorder (DDPC_FLIGHT_RECORDER) and ddpc-flight's verdicts;
@@ -88,6 +89,22 @@ kill -CONT "$p0" "$p1"
 wait $job || { cat "$TMP/susp"; fail "suspend: a stop of 6 s (DDPC_TIMEOUT=4) during a wait failed the job"; }
 [ "$(grep -c ': success$' "$TMP/susp")" -eq 2 ] || { cat "$TMP/susp"; fail "suspend: expected 2 successes"; }
 echo "ok: the job stopped for 6 s in the middle of a wait (DDPC_TIMEOUT=4): no timeout after SIGCONT"
+
+# --- the launcher killed (SIGKILL to mpiexec) while rank 0 waits for rank 1:
+# no rank outlives it by 10 s (hydra's proxies end their ranks)
+# (env execs the launcher: $! is its pid)
+DDPC_TIMEOUT=60 env -u SLURM_CONF UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}" $MPIEXEC $MPIEXEC_FLAGS -n 2 \
+    "$T" late 1 30 >"$TMP/lk" 2>&1 &
+launcher=$!
+r0=$(pid_of "$TMP/lk" 0) r1=$(pid_of "$TMP/lk" 1)
+sleep 1
+kill -9 "$launcher"
+t0=$(date +%s)
+while kill -0 "$r0" 2>/dev/null || kill -0 "$r1" 2>/dev/null; do
+    [ $(($(date +%s) - t0)) -lt 10 ] || { kill -9 "$r0" "$r1" 2>/dev/null; fail "launcher killed: ranks $r0/$r1 still alive after 10 s"; }
+    sleep 0.1
+done
+echo "ok: the launcher killed: its ranks were gone after $(($(date +%s) - t0)) s"
 
 # --- a rank that exits 0 early: named as gone (its side channel closed)
 DDPC_TIMEOUT=3 expect_fail_msg '1 rank\(s\) never entered #1: rank 1 on [^:]+: its side channel closed [0-9.]+s ago: exited or killed' \
