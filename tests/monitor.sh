@@ -106,9 +106,16 @@ while kill -0 "$r0" 2>/dev/null || kill -0 "$r1" 2>/dev/null; do
 done
 echo "ok: the launcher killed: its ranks were gone after $(($(date +%s) - t0)) s"
 
-# --- a rank that exits 0 early: named as gone (its side channel closed)
-DDPC_TIMEOUT=3 expect_fail_msg '1 rank\(s\) never entered #1: rank 1 on [^:]+: its side channel closed [0-9.]+s ago: exited or killed' \
-    mpirun_t 3 "$T" early 1
+# --- a rank that exits 0 early: named as gone (its side channel closed). With
+# MPICH the others' abort ends the job; Open MPI's mpirun does not kill a rank
+# that sits in MPI_Finalize when the others call MPI_Abort, so the job waits
+# for the launcher's own end (doc/failures.md): MPICH only
+if [ "$DDPC_MPI_FLAVOR" = mpich ]; then
+    DDPC_TIMEOUT=3 expect_fail_msg '1 rank\(s\) never entered #1: rank 1 on [^:]+: its side channel closed [0-9.]+s ago: exited or killed' \
+        mpirun_t 3 "$T" early 1
+else
+    echo "SKIP part: a rank that exits 0 early under $DDPC_MPI_FLAVOR (its mpirun keeps a finalized rank through MPI_Abort)"
+fi
 
 # --- the flight recorder: the ranks that timed out dump their last collectives,
 # and ddpc-flight says who left none and what the others wait for
