@@ -337,12 +337,12 @@ typedef struct {
     int64_t aux_ld;
 } gemm_t;
 
-/* Descriptors and algorithm for g, made once per (layer, kind, batch). The
+/* Descriptors and algorithm for g, made once per (layer, kind, batch, epilogue);
+ * NULL with the reason in m->err (m->noalgo: none offered). The
  * heuristic excludes in-place (atomic) split-K reductions, so that a step is
  * bitwise repeatable, and is told the real pointer alignments. */
-static plan *plan_for(model_t *m, const gemm_t *g, int B, int *rc)
+static plan *plan_for(model_t *m, const gemm_t *g, int B)
 {
-    *rc = 0;
     for (int i = 0; i < kPlans; i++) {
         plan *p = &m->plans[i];
         if (p->used && p->layer == g->layer && p->kind == g->kind && p->B == B &&
@@ -355,10 +355,8 @@ static plan *plan_for(model_t *m, const gemm_t *g, int B, int *rc)
     int32_t ta = g->ta, tb = g->tb;
     cublasLtEpilogue_t epi = g->epi;
     if (lt(m, cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-           "cublasLtMatmulDescCreate")) {
-        *rc = -1;
+           "cublasLtMatmulDescCreate"))
         return NULL;
-    }
     int ok = 1;
     ok = ok && !lt(m, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
                                                      sizeof ta), "TRANSA");
@@ -416,7 +414,6 @@ static plan *plan_for(model_t *m, const gemm_t *g, int B, int *rc)
         cublasLtMatmulPreferenceDestroy(pref);
     if (!ok) {
         plan_free(p);
-        *rc = -1;
         return NULL;
     }
     p->used = 1;
@@ -429,8 +426,7 @@ static plan *plan_for(model_t *m, const gemm_t *g, int B, int *rc)
 
 static int gemm(model_t *m, const gemm_t *g, int B)
 {
-    int rc;
-    plan *p = plan_for(m, g, B, &rc);
+    plan *p = plan_for(m, g, B);
     if (!p)
         return -1;
     /* the pointers may be other buffers of the same shape (the input slots) */
@@ -775,7 +771,7 @@ static gemm_t dx_gemm(model_t *m, int l, const void *d, void *dprev, int fuse)
 
 static int fused_offered(model_t *m, int B, char *why, size_t n)
 {
-    int rc, fuse = FUSE_ALL;
+    int fuse = FUSE_ALL;
     size_t k = 0;
     why[0] = 0;
     for (int l = 0; l < m->nlayers; l++) {
@@ -797,7 +793,7 @@ static int fused_offered(model_t *m, int B, char *why, size_t n)
         for (int i = 0; i < ng; i++) {
             if (!(fuse & bit[i]) || g[i].epi == CUBLASLT_EPILOGUE_DEFAULT)
                 continue;
-            if (!plan_for(m, &g[i], B, &rc)) {
+            if (!plan_for(m, &g[i], B)) {
                 fuse &= ~bit[i];
                 if (k < n)
                     k += (size_t)snprintf(why + k, n - k, "%s%s", k ? "; " : "",

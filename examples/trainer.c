@@ -541,10 +541,9 @@ static int evaluate(trainer_t *t)
 }
 
 /* ------------------------------------------------------------------ training */
+/* what the host counts; the loss and the hits are the model's (ops->stats) */
 typedef struct {
-    double loss_sum;  /* sum over micro-batches of their mean loss (the model's stats) */
     double batches;   /* micro-batches */
-    double hits;      /* correct predictions (the model's stats) */
     double samples;   /* samples */
 } stats_t;
 
@@ -755,14 +754,14 @@ static run_t train_epoch(trainer_t *t)
     const char *slow = getenv("DDPC_TRAINER_TEST_STEP_SLEEP");
     const double sleep_s = slow ? atof(slow) : 0;
     size_t batches_left = ddpc_sampler_num_batches(t->sampler); /* of this pass */
-    stats_t st = {0, 0, 0, 0}; /* since the last progress line */
+    stats_t st = {0, 0}; /* since the last progress line */
     double t_epoch = now(), samples_epoch = 0;
     while (batches_left > 0) {
         if (t->opt.max_steps && t->step >= t->opt.max_steps)
             return RUN_MAX_STEPS;
         int k = batches_left < (size_t)K ? (int)batches_left : K;
         double t0 = now();
-        stats_t s1 = {0, 0, 0, 0};
+        stats_t s1 = {0, 0};
         step(t, k, &s1);
         t->train_s += now() - t0;
         if (sleep_s > 0)

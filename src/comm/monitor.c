@@ -263,7 +263,7 @@ static void drop_rank_locked(struct ddpc_monitor *m, int r)
 }
 
 /* One message from connection fd (rank r, or -1 before its HELLO). */
-static void root_read(struct ddpc_monitor *m, int fd, int r, int *pending, int npending, int slot)
+static void root_read(struct ddpc_monitor *m, int fd, int r, int *pending, int slot)
 {
     mon_msg_t x;
     if (read_full(fd, &x, sizeof x) || x.magic != MON_MAGIC || x.token != m->token) {
@@ -288,7 +288,6 @@ static void root_read(struct ddpc_monitor *m, int fd, int r, int *pending, int n
             close(fd);
         }
         pending[slot] = -1;
-        (void)npending;
     } else if (x.type == M_BEAT) {
         memcpy(m->prog[r], x.prog, sizeof x.prog);
         m->beat[r] = ddpc_now();
@@ -365,9 +364,9 @@ static void *root_main(void *arg)
                 else if (fd >= 0)
                     close(fd);
             } else if (who[i] <= -10) {
-                root_read(m, pf[i].fd, -1, pending, npending, -10 - who[i]);
+                root_read(m, pf[i].fd, -1, pending, -10 - who[i]);
             } else {
-                root_read(m, pf[i].fd, who[i], pending, npending, -1);
+                root_read(m, pf[i].fd, who[i], pending, -1);
             }
         }
     }
