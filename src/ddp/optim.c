@@ -173,30 +173,98 @@ void ddpc_optim_destroy(ddpc_optim_t o)
     free(o);
 }
 
-/* sum of squares in double, in arena order: the same on every rank */
-static double sumsq(const float *g, size_t n)
+/* The CPU passes go in blocks of BLOCK elements with fixed inner loops,
+ * which gcc -O2 vectorizes (its cheap cost model does not vectorize a loop
+ * of unknown length), and the ends element by element. Contraction into
+ * FMA stays off where it would make one rank's update differ from
+ * another's on a different CPU: the default target has no FMA. */
+#define BLOCK 16
+
+/* sum of squares in double: BLOCK partial sums, each in arena order, added
+ * in a fixed order at the end, so every rank gets the same bits */
+static double sumsq(const float *restrict g, size_t n)
 {
+    double acc[BLOCK] = {0};
+    size_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK)
+        for (int k = 0; k < BLOCK; k++)
+            acc[k] += (double)g[i + k] * (double)g[i + k];
+    for (int k = 0; i < n; i++, k++)
+        acc[k] += (double)g[i] * (double)g[i];
     double s = 0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)g[i] * (double)g[i];
+    for (int k = 0; k < BLOCK; k++)
+        s += acc[k];
     return s;
 }
 
-static void sgd(ddpc_optim_t o, float *p, float *g, size_t n)
+/* One SGD pass; mom, first and nest are constants at each call site, so
+ * every variant compiles to its own loop without branches. acc (BLOCK
+ * doubles, or NULL) gathers the sum of squares of g on the way, when no
+ * earlier pass needed it. */
+static inline __attribute__((always_inline)) void
+sgd_pass(float *restrict p, const float *restrict g, float *restrict buf, size_t n, float lr,
+         float wd, float mu, float damp, int mom, int first, int nest, double *restrict acc)
+{
+    size_t i = 0;
+#define SGD_ONE(j, k)                                                                     \
+    do {                                                                                  \
+        float gi = g[j] + wd * p[j];                                                      \
+        if (acc)                                                                          \
+            acc[k] += (double)g[j] * (double)g[j];                                        \
+        if (mom) {                                                                        \
+            float b = first ? gi : mu * buf[j] + damp * gi;                               \
+            buf[j] = b;                                                                   \
+            gi = nest ? gi + mu * b : b;                                                  \
+        }                                                                                 \
+        p[j] -= lr * gi;                                                                  \
+    } while (0)
+    for (; i + BLOCK <= n; i += BLOCK)
+        for (int k = 0; k < BLOCK; k++)
+            SGD_ONE(i + k, k);
+    for (int k = 0; i < n; i++, k++)
+        SGD_ONE(i, k);
+#undef SGD_ONE
+}
+
+/* g *= f */
+static void scale_pass(float *restrict g, size_t n, float f)
+{
+    size_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK)
+        for (int k = 0; k < BLOCK; k++)
+            g[i + k] *= f;
+    for (; i < n; i++)
+        g[i] *= f;
+}
+
+#define SGD_VARIANTS(A)                                                                   \
+    do {                                                                                  \
+        if (mu <= 0)                                                                      \
+            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 0, 0, 0, A);                         \
+        else if (first && nest)                                                           \
+            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 1, 1, 1, A);                         \
+        else if (first)                                                                   \
+            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 1, 1, 0, A);                         \
+        else if (nest)                                                                    \
+            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 1, 0, 1, A);                         \
+        else                                                                              \
+            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 1, 0, 0, A);                         \
+    } while (0)
+
+/* PyTorch's SGD: one pass over p, g and the momentum buffer */
+static void sgd(ddpc_optim_t o, float *p, const float *g, size_t n, double *acc)
 {
     const ddpc_optim_config_t *c = &o->cfg;
     const float lr = (float)c->lr, wd = (float)c->weight_decay, mu = (float)c->momentum;
     const float damp = 1.0f - (float)c->dampening;
+    const int first = o->steps == 0, nest = c->nesterov;
     float *buf = o->state[0];
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] + wd * p[i];
-        if (mu > 0) {
-            buf[i] = o->steps == 0 ? gi : mu * buf[i] + damp * gi;
-            gi = c->nesterov ? gi + mu * buf[i] : buf[i];
-        }
-        p[i] -= lr * gi;
-    }
+    if (acc)
+        SGD_VARIANTS(acc);
+    else
+        SGD_VARIANTS(NULL);
 }
+#undef SGD_VARIANTS
 
 static void adamw(ddpc_optim_t o, float *p, const float *g, size_t n)
 {
@@ -235,7 +303,10 @@ ddpc_status_t ddpc_optim_step(ddpc_optim_t o, int *stepped)
         return st;
     }
 #endif
-    double ss = sumsq(g, n);
+    /* the norm decides the step when scaling or clipping: a pass of its
+     * own first; otherwise the update pass gathers it on the way */
+    const int norm_first = o->cfg.dynamic_loss_scale || o->cfg.clip_norm > 0;
+    double ss = norm_first ? sumsq(g, n) : 0;
     o->last_stepped = 1;
     if (o->cfg.dynamic_loss_scale) {
         if (!isfinite(ss)) { /* overflow: skip, back off (identical on all ranks) */
@@ -245,25 +316,31 @@ ddpc_status_t ddpc_optim_step(ddpc_optim_t o, int *stepped)
             o->last_stepped = 0;
             return DDPC_OK;
         }
-        const float inv = (float)(1.0 / o->scale);
-        for (size_t i = 0; i < n; i++)
-            g[i] *= inv;
+        scale_pass(g, n, (float)(1.0 / o->scale));
         ss /= o->scale * o->scale;
         if (++o->good_steps >= o->cfg.scale_growth_interval) {
             o->scale *= 2.0;
             o->good_steps = 0;
         }
     }
-    o->last_norm = sqrt(ss);
-    if (o->cfg.clip_norm > 0 && o->last_norm > o->cfg.clip_norm) {
-        const float coef = (float)(o->cfg.clip_norm / (o->last_norm + 1e-6));
-        for (size_t i = 0; i < n; i++)
-            g[i] *= coef;
+    if (norm_first) {
+        o->last_norm = sqrt(ss);
+        if (o->cfg.clip_norm > 0 && o->last_norm > o->cfg.clip_norm)
+            scale_pass(g, n, (float)(o->cfg.clip_norm / (o->last_norm + 1e-6)));
     }
-    if (o->cfg.type == DDPC_OPTIM_SGD)
-        sgd(o, p, g, n);
-    else
+    double acc[BLOCK] = {0};
+    if (o->cfg.type == DDPC_OPTIM_SGD) {
+        sgd(o, p, g, n, norm_first ? NULL : acc);
+    } else {
+        if (!norm_first)
+            acc[0] = sumsq(g, n);
         adamw(o, p, g, n);
+    }
+    if (!norm_first) {
+        for (int k = 0; k < BLOCK; k++)
+            ss += acc[k];
+        o->last_norm = sqrt(ss);
+    }
     o->steps++;
     if (stepped)
         *stepped = 1;
