@@ -4,8 +4,10 @@
 #include "mpitest.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 START_TEST(allreduce_int_and_double)
@@ -301,6 +303,50 @@ START_TEST(key_exchange)
 }
 END_TEST
 
+/* DDPC_PROGRESS: each way of waiting for MPI gives the same results, with
+ * operations completing while the caller computes (naps, in auto) and while
+ * it waits; a value not known is refused with the choices. */
+START_TEST(progress_policies)
+{
+    static const char *const ways[] = {"auto", "spin", "blocking"};
+    enum { K = 6, N = 70000 }; /* 280 KB each: rendezvous-sized, more than one MPI step */
+    float *buf = malloc(sizeof(float) * K * N);
+    for (int p = 0; p < 3; p++) {
+        setenv("DDPC_PROGRESS", ways[p], 1);
+        ddpc_comm_config_t cc = DDPC_COMM_CONFIG_INIT;
+        ddpc_comm_t c2 = NULL;
+        T_OK(ddpc_comm_create(T_rt, &cc, &c2));
+        ddpc_work_t w[K];
+        for (int k = 0; k < K; k++) {
+            for (int i = 0; i < N; i++)
+                buf[k * N + i] = (float)(p + k + T_rank);
+            T_OK(ddpc_iallreduce(c2, buf + k * N, buf + k * N, N, DDPC_F32, DDPC_SUM, &w[k]));
+            if (k == 2) { /* the caller busy for a while: the progress thread naps */
+                struct timespec ts = {0, 20000000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        for (int k = K - 1; k >= 0; k--)
+            T_OK(ddpc_work_wait(w[k], -1));
+        for (int k = 0; k < K; k++)
+            ck_assert_msg(buf[k * N + N - 1] == (float)((p + k) * T_size + T_size * (T_size - 1) / 2),
+                          "DDPC_PROGRESS=%s: operation %d wrong", ways[p], k);
+        T_OK(ddpc_barrier(c2));
+        ddpc_comm_destroy(c2);
+    }
+    setenv("DDPC_PROGRESS", "busy", 1);
+    ddpc_comm_config_t cc = DDPC_COMM_CONFIG_INIT;
+    ddpc_comm_t bad = NULL;
+    ck_assert_int_eq(ddpc_comm_create(T_rt, &cc, &bad), DDPC_ERR_INVALID);
+    ck_assert_ptr_null(bad);
+    ck_assert_msg(strstr(ddpc_last_error(T_rt), "DDPC_PROGRESS=\"busy\": expected one of "
+                                                "auto|spin|blocking"),
+                  "message: %s", ddpc_last_error(T_rt));
+    unsetenv("DDPC_PROGRESS");
+    free(buf);
+}
+END_TEST
+
 START_TEST(more_communicators_and_backends)
 {
     /* a second host communicator: its own sequence, same results */
@@ -387,6 +433,7 @@ static Suite *comm_suite(void)
     tcase_add_test(core, waits_from_two_threads);
     tcase_add_test(core, bitwise_identical_on_all_ranks);
     tcase_add_test(core, key_exchange);
+    tcase_add_test(core, progress_policies);
     tcase_add_test(core, more_communicators_and_backends);
     tcase_add_test(core, gpu_rule);
     suite_add_tcase(s, core);

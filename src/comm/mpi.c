@@ -32,6 +32,9 @@ typedef struct {
     int stop, thread_started;
     uint64_t completed; /* operations finished, in queue order */
     int sync_waiters;   /* threads in ddpc_comm_synchronize */
+    int waiters;        /* threads in a wait or synchronize: the caller is idle */
+    int progress;       /* DDPC_PROGRESS: PROGRESS_AUTO, _SPIN or _BLOCKING */
+    pthread_cond_t poke; /* a new waiter ends the progress thread's nap */
     MPI_Op half_sum[2]; /* bf16, f16 sum as user ops */
     int staged;
 #ifdef DDPC_HAVE_CUDA
@@ -84,6 +87,66 @@ static MPI_Op mpi_op(const mpi_impl_t *m, ddpc_dtype_t dt, ddpc_redop_t op)
     }
 }
 
+/* ------------------------------------------------------------------ waiting for MPI */
+
+/* How the progress thread waits for an operation in flight (DDPC_PROGRESS).
+ * MPI moves a collective only inside MPI calls, and MPICH's blocking calls
+ * poll without pause. Where no core is spare (the ranks fill the node, the
+ * usual CPU training job), a polling thread takes half the core from the
+ * backward pass it shares the core with, most of it while it waits for
+ * another rank to arrive; overlap then made steps slower than none
+ * (doc/ddp.md). So by default (auto) an operation that starts while the
+ * caller computes runs as MPI's non-blocking form, and the thread tests it
+ * and naps between tests, from NAP_MIN doubling to NAP_MAX, until a caller
+ * waits for this communicator (its thread sleeps then, and the core is
+ * free): the waiter ends the nap and the thread tests without pause.
+ * spin: tests without pause (a core spare per rank: GPU jobs, or fewer
+ * ranks than cores); blocking: MPI's blocking calls, as before. */
+enum { PROGRESS_AUTO, PROGRESS_SPIN, PROGRESS_BLOCKING };
+static const char *const progress_names[] = {"auto", "spin", "blocking", NULL};
+#define NAP_MIN_NS 10000L  /* 10 us */
+#define NAP_MAX_NS 500000L /* 0.5 ms */
+
+static int poll_request(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *req)
+{
+    long nap = 0;
+    for (;;) {
+        int flag = 0;
+        int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || flag)
+            return rc;
+        if (m->progress == PROGRESS_SPIN || __atomic_load_n(&m->waiters, __ATOMIC_ACQUIRE)) {
+            nap = 0;
+            continue;
+        }
+        nap = nap ? (nap * 2 < NAP_MAX_NS ? nap * 2 : NAP_MAX_NS) : NAP_MIN_NS;
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += nap;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&c->mu);
+        if (!__atomic_load_n(&m->waiters, __ATOMIC_ACQUIRE))
+            pthread_cond_timedwait(&m->poke, &c->mu, &until);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+/* The blocking call, or its non-blocking form and the wait above. The
+ * choice is the same on every rank (DDPC_PROGRESS must be): MPI does not
+ * match a blocking collective with a non-blocking one. */
+#define MPI_RUN(blocking, nonblocking, ...)                                                    \
+    (m->progress == PROGRESS_BLOCKING                                                          \
+         ? blocking(__VA_ARGS__)                                                               \
+         : mpi_finish(c, m, nonblocking(__VA_ARGS__, &req), &req))
+
+static int mpi_finish(struct ddpc_comm *c, mpi_impl_t *m, int rc, MPI_Request *req)
+{
+    return rc == MPI_SUCCESS ? poll_request(c, m, req) : rc;
+}
+
 /* ------------------------------------------------------------------ host memory */
 
 /* MPI counts are int: large operations go in pieces of at most 1 Gi elements. */
@@ -99,6 +162,7 @@ static MPI_Op mpi_op(const mpi_impl_t *m, ddpc_dtype_t dt, ddpc_redop_t op)
 
 static int run_host(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
 {
+    MPI_Request req;
     MPI_Datatype t = mpi_type(w->dt);
     size_t es = ddpc_dtype_size(w->dt);
     int rc = MPI_SUCCESS;
@@ -109,7 +173,7 @@ static int run_host(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
             size_t n = w->count - off < piece ? w->count - off : piece;
             const void *s = w->send == w->recv ? MPI_IN_PLACE : (const char *)w->send + off * es;
             char *r = (char *)w->recv + off * es;
-            rc = MPI_Allreduce(s, r, (int)n, t, mpi_op(m, w->dt, w->op), m->mpi);
+            rc = MPI_RUN(MPI_Allreduce, MPI_Iallreduce, s, r, (int)n, t, mpi_op(m, w->dt, w->op), m->mpi);
             if (rc == MPI_SUCCESS && w->op == DDPC_AVG && c->size > 1)
                 comm_divide(r, n, w->dt, c->size); /* while the piece is in cache */
         }
@@ -118,19 +182,20 @@ static int run_host(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
     case OP_BCAST:
         for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += CHUNK) {
             size_t n = w->count - off < CHUNK ? w->count - off : CHUNK;
-            rc = MPI_Bcast((char *)w->recv + off * es, (int)n, t, w->root, m->mpi);
+            rc = MPI_RUN(MPI_Bcast, MPI_Ibcast, (char *)w->recv + off * es, (int)n, t, w->root, m->mpi);
         }
         break;
     case OP_ALLGATHER:
-        rc = MPI_Allgather(w->send, (int)w->count, t, w->recv, (int)w->count, t, m->mpi);
+        rc = MPI_RUN(MPI_Allgather, MPI_Iallgather, w->send, (int)w->count, t, w->recv, (int)w->count, t,
+                     m->mpi);
         break;
     case OP_REDUCE_SCATTER:
-        rc = MPI_Reduce_scatter_block(w->send, w->recv, (int)w->count, t,
-                                      mpi_op(m, w->dt, w->op), m->mpi);
+        rc = MPI_RUN(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, w->send, w->recv,
+                     (int)w->count, t, mpi_op(m, w->dt, w->op), m->mpi);
         if (rc == MPI_SUCCESS && w->op == DDPC_AVG && c->size > 1)
             comm_divide(w->recv, w->count, w->dt, c->size);
         break;
-    case OP_BARRIER: rc = MPI_Barrier(m->mpi); break;
+    case OP_BARRIER: rc = MPI_RUN(MPI_Barrier, MPI_Ibarrier, m->mpi); break;
     case OP_WATCH: rc = MPI_ERR_OTHER; break; /* not a collective: never submitted */
     }
     return rc;
@@ -188,6 +253,7 @@ static int run_staged(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
     const size_t cap = STAGE_BYTES / es; /* elements the stage holds */
     char *h = m->stage;
     int rc = MPI_SUCCESS;
+    MPI_Request req;
     CU(cudaSetDevice(c->device));
     if (w->ev_ready)
         CU(cudaStreamWaitEvent(m->stream, (cudaEvent_t)w->ev_ready, 0));
@@ -197,7 +263,8 @@ static int run_staged(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
         for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += piece) {
             size_t n = w->count - off < piece ? w->count - off : piece;
             COPY(h, (const char *)w->send + off * es, n * es, cudaMemcpyDeviceToHost);
-            rc = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, t, mpi_op(m, w->dt, w->op), m->mpi);
+            rc = MPI_RUN(MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, h, (int)n, t, mpi_op(m, w->dt, w->op),
+                         m->mpi);
             if (rc == MPI_SUCCESS && w->op == DDPC_AVG && c->size > 1)
                 comm_divide(h, n, w->dt, c->size);
             if (rc == MPI_SUCCESS)
@@ -211,7 +278,7 @@ static int run_staged(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
             char *d = (char *)w->recv + off * es;
             if (c->rank == w->root)
                 COPY(h, d, n * es, cudaMemcpyDeviceToHost);
-            rc = MPI_Bcast(h, (int)n, t, w->root, m->mpi);
+            rc = MPI_RUN(MPI_Bcast, MPI_Ibcast, h, (int)n, t, w->root, m->mpi);
             if (rc == MPI_SUCCESS && c->rank != w->root)
                 COPY(d, h, n * es, cudaMemcpyHostToDevice);
         }
@@ -226,7 +293,7 @@ static int run_staged(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
             size_t n = w->count - off < k ? w->count - off : k;
             char *mine = h + (size_t)c->rank * n * es;
             COPY(mine, (const char *)w->send + off * es, n * es, cudaMemcpyDeviceToHost);
-            rc = MPI_Allgather(MPI_IN_PLACE, 0, t, h, (int)n, t, m->mpi);
+            rc = MPI_RUN(MPI_Allgather, MPI_Iallgather, MPI_IN_PLACE, 0, t, h, (int)n, t, m->mpi);
             if (rc == MPI_SUCCESS)
                 COPY2D((char *)w->recv + off * es, w->count * es, h, n * es, n * es,
                        (size_t)c->size, cudaMemcpyHostToDevice);
@@ -243,8 +310,8 @@ static int run_staged(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
             size_t n = w->count - off < k ? w->count - off : k;
             COPY2D(h, n * es, (const char *)w->send + off * es, w->count * es, n * es,
                    (size_t)c->size, cudaMemcpyDeviceToHost);
-            rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, h, (int)n, t, mpi_op(m, w->dt, w->op),
-                                          m->mpi);
+            rc = MPI_RUN(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, MPI_IN_PLACE, h,
+                         (int)n, t, mpi_op(m, w->dt, w->op), m->mpi);
             if (rc == MPI_SUCCESS && w->op == DDPC_AVG && c->size > 1)
                 comm_divide(h, n, w->dt, c->size);
             if (rc == MPI_SUCCESS)
@@ -252,7 +319,7 @@ static int run_staged(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
         }
         break;
     }
-    case OP_BARRIER: rc = MPI_Barrier(m->mpi); break;
+    case OP_BARRIER: rc = MPI_RUN(MPI_Barrier, MPI_Ibarrier, m->mpi); break;
     case OP_WATCH: rc = MPI_ERR_OTHER; break; /* not a collective: never submitted */
     }
     return rc;
@@ -354,6 +421,13 @@ static ddpc_status_t mpi_test(struct ddpc_work *w, int *done)
     return st;
 }
 
+/* Under the communicator's mutex: the progress thread stops napping. */
+static void waiter_arrives(mpi_impl_t *m)
+{
+    __atomic_add_fetch(&m->waiters, 1, __ATOMIC_RELEASE);
+    pthread_cond_signal(&m->poke);
+}
+
 static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
 {
     struct ddpc_comm *c = w->comm;
@@ -362,8 +436,10 @@ static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
     comm_clock_start(&k);
     pthread_mutex_lock(&c->mu);
     w->waited = 1;
+    waiter_arrives(m);
     while (!w->done && !comm_clock_wait(&m->work_done, &c->mu, &k, timeout_s)) {
     }
+    __atomic_sub_fetch(&m->waiters, 1, __ATOMIC_RELEASE);
     int done = w->done;
     pthread_mutex_unlock(&c->mu);
     if (!done) {
@@ -398,8 +474,10 @@ static ddpc_status_t mpi_synchronize(struct ddpc_comm *c, double timeout_s)
     pthread_mutex_lock(&c->mu);
     const uint64_t target = c->seq;
     m->sync_waiters++;
+    waiter_arrives(m);
     while (m->completed < target && !comm_clock_wait(&m->work_done, &c->mu, &k, timeout_s)) {
     }
+    __atomic_sub_fetch(&m->waiters, 1, __ATOMIC_RELEASE);
     m->sync_waiters--;
     int idle = m->completed >= target;
     pthread_mutex_unlock(&c->mu);
@@ -441,6 +519,7 @@ static void mpi_destroy(struct ddpc_comm *c)
 #endif
     pthread_cond_destroy(&m->has_work);
     pthread_cond_destroy(&m->work_done);
+    pthread_cond_destroy(&m->poke);
     free(m);
     c->impl = NULL;
 }
@@ -466,8 +545,16 @@ ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged)
     m->staged = staged;
     pthread_cond_init(&m->has_work, NULL);
     pthread_cond_init(&m->work_done, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the nap's deadline */
+    pthread_cond_init(&m->poke, &ca);
+    pthread_condattr_destroy(&ca);
     c->impl = m;
     c->ops = &mpi_ops;
+    ddpc_status_t st = ddpc_env_choice(rt, "DDPC_PROGRESS", progress_names, &m->progress);
+    if (st != DDPC_OK)
+        return st;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->mpi);
     if (rc != MPI_SUCCESS)
         return ddpc_mpi_err(rt, rc, MOD, "MPI_Comm_dup");
