@@ -129,6 +129,13 @@ DDPC_API ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t ddp);
  * progress thread and cannot be captured. */
 
 /* Message of the last failure on this engine (prefixed with rank). */
+/* Collective: compare the replicas. Every rank hashes its parameter arena
+ * (CRC-32; a device arena is read back first) and the hashes are gathered
+ * through the key exchange, not the engine's communicator. When they differ,
+ * DDPC_ERR_MISMATCH on every rank, with a message naming the ranks whose
+ * parameters differ from rank 0's; nothing is changed. DDPC_CHECK_PARAMS=K
+ * makes ddpc_optim_step run it after every K-th step (0: never, the default). */
+DDPC_API ddpc_status_t ddpc_ddp_check_params(ddpc_ddp_t ddp);
 DDPC_API const char *ddpc_ddp_last_error(ddpc_ddp_t ddp);
 DDPC_API ddpc_comm_t ddpc_ddp_comm(ddpc_ddp_t ddp);
 

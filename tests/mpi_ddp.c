@@ -9,6 +9,7 @@
 #include "mpitest.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { B = 8 }; /* per-rank batch */
@@ -403,6 +404,48 @@ START_TEST(sgd_nesterov_rule)
 }
 END_TEST
 
+/* The replica check: identical replicas pass; one rank's parameter changed
+ * outside the engine fails every rank, naming that rank; DDPC_CHECK_PARAMS=2
+ * runs it in every second optimizer step. */
+START_TEST(replicas_compared)
+{
+    const int odd = T_size - 1; /* the rank that changes a parameter */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            setenv("DDPC_CHECK_PARAMS", "2", 1);
+        ddpc_ddp_t d = make_ddp(NULL);
+        unsetenv("DDPC_CHECK_PARAMS");
+        ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
+        ddpc_optim_t opt;
+        T_OK(ddpc_optim_create(d, &oc, &opt));
+        T_OK(ddpc_ddp_check_params(d));
+        T_OK(ddpc_ddp_zero_grad(d));
+        T_OK(ddpc_optim_step(opt, NULL)); /* step 1: no gradient, no change */
+        T_OK(ddpc_optim_step(opt, NULL)); /* step 2: checked in pass 1, identical */
+        if (T_rank == odd)
+            ddpc_ddp_params(d, NULL)[3] += 1.0f;
+        ddpc_status_t want = T_size > 1 ? DDPC_ERR_MISMATCH : DDPC_OK;
+        ddpc_status_t got = pass == 0 ? ddpc_ddp_check_params(d) : DDPC_OK;
+        if (pass == 1) {
+            T_OK(ddpc_optim_step(opt, NULL)); /* step 3: not checked */
+            got = ddpc_optim_step(opt, NULL); /* step 4: checked */
+        }
+        ck_assert_msg(got == want, "pass %d: %s (%s)", pass, ddpc_strerror(got),
+                      ddpc_ddp_last_error(d));
+        if (T_size > 1) {
+            char who[32];
+            snprintf(who, sizeof who, "rank %d ", odd);
+            const char *msg = ddpc_ddp_last_error(d);
+            ck_assert_msg(strstr(msg, "parameters differ across ranks") && strstr(msg, who) &&
+                              strstr(msg, "1 of "),
+                          "message: %s", msg);
+        }
+        ddpc_optim_destroy(opt);
+        ddpc_ddp_destroy(d);
+    }
+}
+END_TEST
+
 static Suite *ddp_suite(void)
 {
     Suite *s = suite_create("ddp");
@@ -415,6 +458,7 @@ static Suite *ddp_suite(void)
     tcase_add_test(core, compressed_bf16_close_and_identical);
     tcase_add_test(core, clipping_and_loss_scaling);
     tcase_add_test(core, sgd_nesterov_rule);
+    tcase_add_test(core, replicas_compared);
     suite_add_tcase(s, core);
     TCase *lim = tcase_create("limits");
     tcase_add_test(lim, bucket_plans);

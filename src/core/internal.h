@@ -56,6 +56,9 @@ ddpc_status_t ddpc_set_error(char *dst, size_t n, const char *prefix, const char
 #define DDPC_HANDLE_ERR(h, module, st, ...)                                                    \
     ddpc_set_error((h)->err, sizeof (h)->err, (h)->prefix, module, st, __VA_ARGS__)
 
+/* zlib's CRC-32 (src/ckpt/crc.c): checkpoints, and the replica check of the DDP engine. */
+uint32_t ck_crc32(uint32_t crc, const void *buf, size_t len);
+
 /* Build rt->prefix from the world facts. */
 void ddpc_set_prefix(ddpc_t rt);
 

@@ -72,6 +72,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
         (st = ddpc_env_double(rt, "DDPC_BUCKET_MB", 1.0 / 1024, 1 << 20, &cap)) ||
         (st = ddpc_env_long(rt, "DDPC_FIND_UNUSED", 0, 1, &unused)) ||
         (st = ddpc_env_long(rt, "DDPC_OVERLAP", 0, 1, &overlap)) ||
+        (st = ddpc_env_long(rt, "DDPC_CHECK_PARAMS", 0, 1000000000L, &d->check_every)) ||
         (st = ddpc_env_choice(rt, "DDPC_COMPRESS", comp, &c))) {
         snprintf(d->err, sizeof d->err, "%s", ddpc_last_error(rt));
         return st;
@@ -479,3 +480,86 @@ ddpc_status_t ddpc_ddp_bucket(ddpc_ddp_t d, int b, size_t *offset, size_t *numel
         *numel = d->buckets[b].numel;
     return DDPC_OK;
 }
+
+/* ------------------------------------------------------------------ replica check */
+
+/* CRC-32 of this rank's parameter arena; a device arena in pieces through a
+ * host buffer, after the engine's stream. */
+static ddpc_status_t params_crc(ddpc_ddp_t d, uint32_t *crc)
+{
+    const size_t bytes = d->numel * sizeof(float);
+    *crc = 0;
+    if (d->device < 0) {
+        *crc = ck_crc32(0, d->param_arena, bytes);
+        return DDPC_OK;
+    }
+#ifdef DDPC_HAVE_CUDA
+    const size_t piece = (size_t)4 << 20;
+    char *h = malloc(piece);
+    if (!h)
+        return ddp_err(d, DDPC_ERR_NOMEM, "check_params: no memory for a %zu-byte buffer", piece);
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)d->stream);
+    for (size_t off = 0; e == cudaSuccess && off < bytes; off += piece) {
+        size_t n = bytes - off < piece ? bytes - off : piece;
+        e = cudaMemcpy(h, (const char *)d->param_arena + off, n, cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess)
+            *crc = ck_crc32(*crc, h, n);
+    }
+    free(h);
+    return e == cudaSuccess ? DDPC_OK : ddp_cuda_check(d, e, "check_params: reading the parameters");
+#else
+    return ddp_err(d, DDPC_ERR_UNSUPPORTED, "check_params: device arena in a build without CUDA");
+#endif
+}
+
+ddpc_status_t ddpc_ddp_check_params(ddpc_ddp_t d)
+{
+    if (!d)
+        return DDPC_ERR_INVALID;
+    if (!d->built)
+        return ddp_err(d, DDPC_ERR_STATE, "check_params before ddpc_ddp_build");
+    uint32_t mine = 0;
+    ddpc_status_t st = params_crc(d, &mine);
+    /* a rank that cannot hash still joins the exchange, with a value that
+     * says so, so that no rank waits for it */
+    uint64_t v = st == DDPC_OK ? mine : UINT64_MAX;
+    uint64_t *all = calloc((size_t)d->size, sizeof *all);
+    if (!all)
+        return ddp_err(d, DDPC_ERR_NOMEM, "check_params: no memory for %d hashes", d->size);
+    ddpc_status_t xs = ddpc_kvs_allgather(d->rt, &v, all, sizeof v);
+    if (xs != DDPC_OK) {
+        free(all);
+        return ddp_err(d, xs, "check_params: the exchange of the hashes failed: %s",
+                       ddpc_last_error(d->rt));
+    }
+    if (st != DDPC_OK) {
+        free(all);
+        return st; /* its message is set */
+    }
+    const uint64_t h0 = all[0];
+    char list[512] = "";
+    int ndiff = 0, broken = -1;
+    for (int r = 0; r < d->size; r++) {
+        if (all[r] == UINT64_MAX && broken < 0)
+            broken = r;
+        size_t k = strlen(list);
+        if (r > 0 && all[r] != h0 && ndiff++ < 8 && k < sizeof list - 32)
+            snprintf(list + k, sizeof list - k, "%s rank %d %08llx", ndiff > 1 ? "," : "", r,
+                     (unsigned long long)all[r]);
+    }
+    free(all);
+    if (broken >= 0)
+        return ddp_err(d, DDPC_ERR_STATE, "check_params: rank %d could not hash its parameters",
+                       broken);
+    if (ndiff == 0)
+        return DDPC_OK;
+    return ddp_err(d, DDPC_ERR_MISMATCH,
+                   "check_params: the parameters differ across ranks: CRC-32 of the %zu "
+                   "parameters on rank 0 %08llx;%s%s (%d of %d ranks differ from rank 0). The "
+                   "replicas diverged: a rank-dependent or nondeterministic update, parameters "
+                   "changed outside the engine, or memory corruption; DDPC_CHECK_PARAMS=1 "
+                   "finds the first step",
+                   d->numel, (unsigned long long)h0, list, ndiff > 8 ? ", ..." : "", ndiff,
+                   d->size);
+}
+

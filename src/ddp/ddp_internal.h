@@ -63,6 +63,9 @@ struct ddpc_ddp {
     int unready_pending;    /* a count is in flight, to check at the next wait */
     int prev_unready;       /* this rank's count of that step */
     char prev_names[768];   /* and the parameters */
+
+    long check_every;       /* DDPC_CHECK_PARAMS: compare the replicas every K optimizer steps */
+    uint64_t optim_steps;   /* ddpc_optim_step calls, for check_every */
 };
 
 /* Device memory helpers (ddp.c), DDPC_ERR_CUDA with the call on failure;

@@ -283,10 +283,8 @@ static void adamw(ddpc_optim_t o, float *p, const float *g, size_t n)
     }
 }
 
-ddpc_status_t ddpc_optim_step(ddpc_optim_t o, int *stepped)
+static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
 {
-    if (!o)
-        return DDPC_ERR_INVALID;
     ddpc_ddp_t d = o->ddp;
     size_t n = d->numel;
     float *p = d->param_arena, *g = d->grad_arena;
@@ -345,6 +343,17 @@ ddpc_status_t ddpc_optim_step(ddpc_optim_t o, int *stepped)
     if (stepped)
         *stepped = 1;
     return DDPC_OK;
+}
+
+ddpc_status_t ddpc_optim_step(ddpc_optim_t o, int *stepped)
+{
+    if (!o)
+        return DDPC_ERR_INVALID;
+    ddpc_status_t st = optim_step(o, stepped);
+    ddpc_ddp_t d = o->ddp;
+    if (st == DDPC_OK && d->check_every > 0 && ++d->optim_steps % (uint64_t)d->check_every == 0)
+        st = ddpc_ddp_check_params(d);
+    return st;
 }
 
 const ddpc_optim_config_t *ddpc_optim_config(ddpc_optim_t o) { return o ? &o->cfg : NULL; }
