@@ -17,16 +17,23 @@ bench_ckpt_bench_LDADD = libddpc.la $(HDF5_LIBS)
 # compares them (doc/blas.md); by hand, about 15 minutes.
 EXTRA_DIST += bench/gemm_bench.c bench/gemm_compare.sh bench/gpu_bench.py bench/torch_mlp.py
 
-# `make bench` builds the DDP benchmarks and runs bench/ddp_bench.sh (issue 3);
-# they are not tests: nothing here runs under `make check`.
-EXTRA_PROGRAMS = bench/ddp_bench
+# `make bench` (issue 11) runs bench/train_bench.sh: the SGEMM bound
+# (gemm_bench against the trainer's CBLAS), the trainer against PyTorch DDP
+# (bench/torch_ddp.py, report by bench/plot.py), ckpt_bench and
+# bench/ddp_bench.sh (issue 3); BENCH_PARTS, REPEATS, MODELS, RANKS, QUICK=1
+# choose (see the script). They are not tests: nothing here runs under
+# `make check`.
+EXTRA_PROGRAMS = bench/ddp_bench bench/gemm_bench
 bench_ddp_bench_SOURCES = bench/ddp_bench.c
 bench_ddp_bench_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
 bench_ddp_bench_LDFLAGS = -no-install
 bench_ddp_bench_LDADD = libddpc.la $(BLAS_LIBS) -lm
-CLEANFILES += bench/ddp_bench$(EXEEXT)
-dist_noinst_SCRIPTS += bench/ddp_bench.sh
+# the same CBLAS as the trainer (configure's choice), not libddpc
+bench_gemm_bench_SOURCES = bench/gemm_bench.c
+bench_gemm_bench_LDADD = $(BLAS_LIBS) -lm -ldl
+CLEANFILES += bench/ddp_bench$(EXEEXT) bench/gemm_bench$(EXEEXT)
+dist_noinst_SCRIPTS += bench/ddp_bench.sh bench/train_bench.sh bench/torch_ddp.py bench/plot.py
 
 .PHONY: bench
-bench: bench/ddp_bench$(EXEEXT)
-	$(SHELL) $(top_srcdir)/bench/ddp_bench.sh
+bench: bench/ddp_bench$(EXEEXT) bench/gemm_bench$(EXEEXT) trainer$(EXEEXT) bench/ckpt_bench$(EXEEXT)
+	$(SHELL) $(top_srcdir)/bench/train_bench.sh
