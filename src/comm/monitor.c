@@ -666,15 +666,18 @@ void ddpc_monitor_stop(ddpc_t rt)
     struct ddpc_monitor *m = rt ? rt->mon : NULL;
     if (!m)
         return;
-    if (m->started && m->rank != 0 && !m->gone0) { /* the last report: where it stopped */
+    if (m->started && m->rank != 0) { /* the last report: where it stopped */
         mon_msg_t b;
         msg_init(m, &b, M_BEAT);
         pthread_mutex_lock(&m->mu);
+        int gone0 = m->gone0; /* the thread sets it under mu (tests/tsan.sh) */
         my_progress(m, b.prog);
         pthread_mutex_unlock(&m->mu);
-        pthread_mutex_lock(&m->send_mu);
-        write_full(m->fd0, &b, sizeof b);
-        pthread_mutex_unlock(&m->send_mu);
+        if (!gone0) {
+            pthread_mutex_lock(&m->send_mu);
+            write_full(m->fd0, &b, sizeof b);
+            pthread_mutex_unlock(&m->send_mu);
+        }
     }
     if (m->started) {
         char b = 1;
