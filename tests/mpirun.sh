@@ -3,12 +3,14 @@
 # PROGRAM (relative to the build dir), NP (rank counts, default "1 2 4") and
 # optionally ARGS; the program runs under the configured launcher once per
 # rank count, under a timeout, with CK_FORK=no. Exit: first failure, or 77 if
-# every run skipped.
+# every run skipped. DDPC_TEST_NP replaces NP (tests/tsan.sh: fewer runs of a
+# slow suite).
 set -u
 spec=$1
 . "$(dirname "$0")/lib.sh"
 PROGRAM= NP="1 2 4" ARGS=
 . "$spec"
+NP=${DDPC_TEST_NP:-$NP}
 [ -n "$PROGRAM" ] || { echo "mpirun.sh: $spec sets no PROGRAM" >&2; exit 99; }
 skips=0 runs=0
 for np in $NP; do
