@@ -282,10 +282,8 @@ def run(a):
             if steps % a.log_every == 0 or i == len(batches) - 1:
                 progress()
         epoch_s += time.perf_counter() - t_epoch
-        if stop:
+        if stop:  # --max-steps: no progress line for the rest (the trainer has none)
             break
-    if acc["batches"]:
-        progress()
     # evaluation, not timed: contiguous shards of the test set, summed (the trainer's)
     nt = xte.shape[0]
     lo, hi = nt * rank // world, nt * (rank + 1) // world
