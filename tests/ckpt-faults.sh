@@ -6,7 +6,9 @@
 #   removed by the next save;
 # - a truncated or bit-flipped newest checkpoint is skipped with a warning;
 # - a hostile one (an external or soft link, a virtual dataset, external raw
-#   storage in place of a parameter) is refused before any data is read;
+#   storage in place of a parameter) is refused before any data is read; so
+#   is one whose attributes hold more values than one (format, crc32) or
+#   whose optimizer state holds a NaN learning rate;
 # - a checkpoint of another model is refused, naming the parameter.
 . "$(dirname "$0")/lib.sh"
 TRAIN="$top_builddir/tests/mpi_ckpt_train"
@@ -116,6 +118,37 @@ PY
         { cat "$TMP/$kind"; fail "$kind: no warning naming the hostile dataset"; }
     grep -q "^final step=20 state=$ref$" "$TMP/$kind" || { cat "$TMP/$kind"; fail "$kind: final state is not $ref"; }
     echo "ok: $kind: $(grep -o 'refused: [^(]*' "$TMP/$kind" | head -n1)"
+done
+# attributes that HDF5 would read into a buffer for one value although they
+# hold more (found by tests/fuzz/fuzz_ckpt.c: a stack overflow), and an
+# optimizer state that would install a NaN learning rate: skipped the same way
+for kind in format-array crc-array lr-nan; do
+    cp "$TMP/good.h5" "$f"
+    "$PY" - "$f" "$kind" <<'PY' || fail "$kind: could not build the hostile file"
+import sys, h5py, numpy as np
+path, kind = sys.argv[1:]
+with h5py.File(path, "r+") as h:
+    if kind == "format-array":
+        del h.attrs["format"]
+        h.attrs.create("format", [b"ddpc-checkpoint", b"ddpc-checkpoint"], dtype="S16")
+    elif kind == "crc-array":
+        d = h["/model/fc.weight"]
+        c = int(d.attrs["crc32"])
+        del d.attrs["crc32"]
+        d.attrs.create("crc32", [c, c], dtype="<u4")
+    else:
+        h["/optim"].attrs["lr"] = np.float64("nan")
+PY
+    case $kind in
+    format-array) pat="$f is not a ddpc checkpoint: no attribute format = \"ddpc-checkpoint\" \(attribute \"format\" holds 2 values, expected one\)" ;;
+    crc-array) pat="cannot read /model/fc.weight \(or its crc32\) from $f: attribute \"crc32\" holds 2 values, expected one" ;;
+    lr-nan) pat="$f: /optim holds lr nan, loss_scale [0-9.]+, scale_good_steps [0-9]+: expected a finite lr >= 0" ;;
+    esac
+    run "$TMP/$kind" --dir "$d" --steps 20
+    grep -q "^resumed step=5 " "$TMP/$kind" || { cat "$TMP/$kind"; fail "$kind: did not fall back to step 5"; }
+    grep -Eq "warning: ckpt: .*$pat.*; skipping it for the previous checkpoint" "$TMP/$kind" ||
+        { cat "$TMP/$kind"; fail "$kind: no warning /$pat/"; }
+    echo "ok: $kind: $(grep -E -o "$pat" "$TMP/$kind" | head -n1 | sed "s|$f|the newest|")"
 done
 cp "$TMP/good.h5" "$f"
 

@@ -13,6 +13,8 @@
 #define CK_FORMAT "ddpc-checkpoint"
 #define CK_FORMAT_VERSION 1
 #define CK_NAME_MAX 128   /* tensor names: 1..127 bytes, as the engine's */
+#define CK_NAMES_MAX (1 << 22)  /* a file's /model names: at most this many, */
+#define CK_NAME_BYTES_MAX 4096  /* each at most this long, 256 MiB in all */
 #define CK_DSET_MAX 200   /* "/optim/<state>/<name>" */
 #define CK_FILE_MAX 1024  /* file paths; the directory at most CK_DIR_MAX */
 #define CK_DIR_MAX (CK_FILE_MAX - 40)

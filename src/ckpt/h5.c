@@ -113,10 +113,29 @@ int ck_attr_str(hid_t loc, const char *name, const char *s)
     return rc;
 }
 
+/* The attribute holds exactly one value (scalar, or any shape of one
+ * element): H5Aread writes every element it holds into the caller's buffer,
+ * which has room for one. A file is untrusted: an array or a null dataspace
+ * in place of a scalar is refused, and the reason kept for ck_h5_msg. */
+static int one_value(hid_t a, const char *name)
+{
+    hid_t sp = H5Aget_space(a);
+    hssize_t n = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+    int simple = sp >= 0 && H5Sget_simple_extent_type(sp) != H5S_NULL;
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (simple && n == 1)
+        return 1;
+    if (!first_msg[0] && n >= 0)
+        snprintf(first_msg, sizeof first_msg, "attribute \"%s\" holds %lld values, expected one",
+                 name, simple ? (long long)n : 0ll);
+    return 0;
+}
+
 int ck_attr_get(hid_t loc, const char *name, hid_t mtype, void *v)
 {
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    int rc = a < 0 || H5Aread(a, mtype, v) < 0 ? -1 : 0;
+    int rc = a < 0 || !one_value(a, name) || H5Aread(a, mtype, v) < 0 ? -1 : 0;
     if (a >= 0)
         H5Aclose(a);
     return rc;
@@ -129,8 +148,11 @@ int ck_attr_get_str(hid_t loc, const char *name, char *buf, size_t n)
     hid_t t = H5Tcopy(H5T_C_S1);
     int rc = -1;
     if (ft >= 0 && t >= 0 && H5Tget_class(ft) == H5T_STRING && !H5Tis_variable_str(ft) &&
-        H5Tset_size(t, n) >= 0 && H5Tset_strpad(t, H5T_STR_NULLTERM) >= 0)
+        one_value(a, name) && H5Tset_size(t, n) >= 0 && H5Tset_strpad(t, H5T_STR_NULLTERM) >= 0)
         rc = H5Aread(a, t, buf) < 0 ? -1 : 0;
+    else if (ft >= 0 && !first_msg[0] && (H5Tget_class(ft) != H5T_STRING || H5Tis_variable_str(ft)))
+        snprintf(first_msg, sizeof first_msg, "attribute \"%s\" is not a fixed-length string",
+                 name);
     buf[n - 1] = 0;
     if (t >= 0)
         H5Tclose(t);

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,10 @@ static void type_str(hid_t t, char *s, size_t n)
 {
     H5T_class_t c = H5Tget_class(t);
     size_t sz = H5Tget_size(t);
-    if (c == H5T_FLOAT)
+    if (c == H5T_FLOAT && sz == 4 && H5Tequal(t, H5T_IEEE_F32LE) <= 0 &&
+        H5Tequal(t, H5T_IEEE_F32BE) <= 0) /* what HDF5 would convert, but not IEEE's float32 */
+        snprintf(s, n, "float32 of a non-IEEE layout");
+    else if (c == H5T_FLOAT)
         snprintf(s, n, "float%zu", 8 * sz);
     else if (c == H5T_INTEGER)
         snprintf(s, n, "%sint%zu", H5Tget_sign(t) == H5T_SGN_NONE ? "u" : "", 8 * sz);
@@ -78,7 +82,8 @@ static ddpc_status_t check_item(ddpc_ckpt_t ck, hid_t f, const char *file, const
         return ck_err(ck, DDPC_ERR_MISMATCH, "%s does not match: it has no dataset %s (%s)", file,
                       it->path, ck_h5_msg(h5, sizeof h5));
     hid_t sp = H5Dget_space(ds), t = H5Dget_type(ds);
-    int ndim = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+    int ndim = sp < 0 || H5Sget_simple_extent_type(sp) == H5S_NULL ? -1 /* no elements at all */
+                                                                   : H5Sget_simple_extent_ndims(sp);
     hsize_t dims[8] = {0};
     int64_t shape[8] = {0};
     if (ndim >= 0 && ndim <= 8)
@@ -95,6 +100,9 @@ static ddpc_status_t check_item(ddpc_ckpt_t ck, hid_t f, const char *file, const
         return DDPC_OK;
     shape_str("float32", it->ndim, it->shape, mine, sizeof mine);
     shape_str(dt, ndim < 0 || ndim > 8 ? 0 : ndim, shape, theirs, sizeof theirs);
+    if (ndim < 0 || ndim > 8)
+        snprintf(theirs + strlen(theirs) - 2, sizeof theirs - strlen(theirs) + 2,
+                 ndim < 0 ? " with a null dataspace" : " of rank %d", ndim);
     return ck_err(ck, DDPC_ERR_MISMATCH, "%s does not match: %s is %s here but %s in the checkpoint",
                   file, it->path, mine, theirs);
 }
@@ -154,11 +162,19 @@ static ddpc_status_t check_model(ddpc_ckpt_t ck, hid_t f, const char *file, cons
     hid_t a = H5Aopen_by_name(f, "/model", "names", H5P_DEFAULT, H5P_DEFAULT);
     hid_t sp = a < 0 ? -1 : H5Aget_space(a), ft = a < 0 ? -1 : H5Aget_type(a);
     hid_t t = H5Tcopy(H5T_C_S1);
+    ddpc_status_t st = DDPC_OK;
     hssize_t nf = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
     size_t len = ft < 0 ? 0 : H5Tget_size(ft);
+    /* sized by the file: a list no model has is refused before any allocation */
+    if (nf > CK_NAMES_MAX || len > CK_NAME_BYTES_MAX ||
+        (double)(nf + 1) * (double)(len + 1) > (double)CK_NAMES_MAX * 64) {
+        *bad = 1;
+        st = ck_err(ck, DDPC_ERR_FORMAT, "%s: its parameter names (/model attribute \"names\") "
+                    "are %lld strings of %zu bytes: more than any model's", file, (long long)nf, len);
+        nf = -1;
+    }
     char *names = nf >= 0 && len ? calloc((size_t)nf + 1, len + 1) : NULL;
-    ddpc_status_t st = DDPC_OK;
-    if (!names || H5Tset_size(t, len + 1) < 0 || H5Aread(a, t, names) < 0) {
+    if (st == DDPC_OK && (!names || H5Tset_size(t, len + 1) < 0 || H5Aread(a, t, names) < 0)) {
         *bad = 1;
         st = ck_err(ck, DDPC_ERR_FORMAT, "%s: cannot read the parameter names (/model attribute "
                     "\"names\"): %s", file, ck_h5_msg(h5, sizeof h5));
@@ -189,8 +205,9 @@ static ddpc_status_t check_model(ddpc_ckpt_t ck, hid_t f, const char *file, cons
 }
 
 /* The optimizer's type must match; its counters come back in the head.
- * Different hyperparameters are allowed (this run's win) and reported. */
-static ddpc_status_t check_optim(ddpc_ckpt_t ck, hid_t f, const char *file, head_t *h)
+ * Different hyperparameters are allowed (this run's win) and reported.
+ * *bad: its attributes are unreadable or out of range (skip the file). */
+static ddpc_status_t check_optim(ddpc_ckpt_t ck, hid_t f, const char *file, head_t *h, int *bad)
 {
     char h5[512], type[32] = "";
     const ddpc_optim_config_t *c = ddpc_optim_config(ck->opt);
@@ -209,12 +226,18 @@ static ddpc_status_t check_optim(ddpc_ckpt_t ck, hid_t f, const char *file, head
         ck_attr_get(g, "step", H5T_NATIVE_UINT64, &h->osteps) < 0 ||
         ck_attr_get(g, "lr", H5T_NATIVE_DOUBLE, &h->olr) < 0 ||
         ck_attr_get(g, "loss_scale", H5T_NATIVE_DOUBLE, &h->oscale) < 0)
-        st = ck_err(ck, DDPC_ERR_FORMAT, "%s: cannot read the /optim attributes: %s", file,
-                    ck_h5_msg(h5, sizeof h5));
+        *bad = 1, st = ck_err(ck, DDPC_ERR_FORMAT, "%s: cannot read the /optim attributes: %s",
+                              file, ck_h5_msg(h5, sizeof h5));
     else if (H5Aexists(g, "scale_good_steps") > 0 &&
              ck_attr_get(g, "scale_good_steps", H5T_NATIVE_INT32, &h->ogood) < 0)
-        st = ck_err(ck, DDPC_ERR_FORMAT, "%s: cannot read /optim scale_good_steps: %s", file,
-                    ck_h5_msg(h5, sizeof h5));
+        *bad = 1, st = ck_err(ck, DDPC_ERR_FORMAT, "%s: cannot read /optim scale_good_steps: %s",
+                              file, ck_h5_msg(h5, sizeof h5));
+    else if (!(isfinite(h->olr) && h->olr >= 0) || !(isfinite(h->oscale) && h->oscale > 0) ||
+             h->ogood < 0) /* installed as they are: never a NaN learning rate */
+        *bad = 1, st = ck_err(ck, DDPC_ERR_FORMAT, "%s: /optim holds lr %g, loss_scale %g, "
+                              "scale_good_steps %d: expected a finite lr >= 0, a finite "
+                              "loss_scale > 0 and scale_good_steps >= 0", file, h->olr, h->oscale,
+                              (int)h->ogood);
     else if (strcmp(type, mine))
         st = ck_err(ck, DDPC_ERR_MISMATCH, "%s holds %s optimizer state, but the optimizer is %s",
                     file, type, mine);
@@ -222,6 +245,7 @@ static ddpc_status_t check_optim(ddpc_ckpt_t ck, hid_t f, const char *file, head
         if (ck_attr_get(g, names[i], H5T_NATIVE_DOUBLE, &v) == 0 && v != here[i])
             ddpc_log(ck->rt, DDPC_LOG_WARN, "ckpt: %s was saved with %s %g; continuing with %g",
                      file, names[i], v, here[i]);
+    ck_h5_msg(h5, sizeof h5); /* forget why an optional one could not be read */
     H5Gclose(g);
     h->has_optim = 1;
     return st;
@@ -300,7 +324,10 @@ static ddpc_status_t check_file(ddpc_ckpt_t ck, hid_t f, const char *file, const
     int ver = 0;
     uint64_t fp = 0;
     *bad = 1;
-    if (ck_attr_get_str(f, "format", fmt, sizeof fmt) < 0 || strcmp(fmt, CK_FORMAT))
+    if (ck_attr_get_str(f, "format", fmt, sizeof fmt) < 0)
+        return ck_err(ck, DDPC_ERR_FORMAT, "%s is not a ddpc checkpoint: no attribute format = "
+                      "\"%s\" (%s)", file, CK_FORMAT, ck_h5_msg(h5, sizeof h5));
+    if (strcmp(fmt, CK_FORMAT))
         return ck_err(ck, DDPC_ERR_FORMAT, "%s is not a ddpc checkpoint (attribute format is \"%s\", "
                       "expected \"%s\")", file, fmt, CK_FORMAT);
     /* nothing else is opened before the groups and datasets are known to be local */
@@ -324,7 +351,7 @@ static ddpc_status_t check_file(ddpc_ckpt_t ck, hid_t f, const char *file, const
                       file, ver, ddpc_version(), CK_FORMAT_VERSION);
     ddpc_status_t st = check_model(ck, f, file, items, np, bad);
     if (st == DDPC_OK && ck->opt)
-        st = check_optim(ck, f, file, h);
+        st = check_optim(ck, f, file, h, bad);
     for (int i = np; st == DDPC_OK && i < nitems; i++)
         st = check_item(ck, f, file, &items[i]);
     if (st == DDPC_OK && fp != ck_model_fingerprint(ck->ddp))
@@ -601,6 +628,7 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
     int nitems = 0, np = 0;
     head_t *h = calloc(1, sizeof *h);
     r0_t r = {.want = path, .f = -1, .fd = -1};
+    unsigned plugins = 0;
     ddpc_status_t st = h ? ck_items(ck, &items, &nitems, &np) : ck_err(ck, DDPC_ERR_NOMEM, "load");
     if ((st = agree_items(ck, items, nitems, st)) != DDPC_OK) {
         free(items);
@@ -618,6 +646,11 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
             r.ncand = 0;
         }
         ck_h5_enter();
+        /* a file's filter pipeline can name any filter, and HDF5 would search
+         * its plugin path and load shared libraries to decode it: a
+         * checkpoint needs none (the built-in filters stay) */
+        H5PLget_loading_state(&plugins);
+        H5PLset_loading_state(0);
     }
     for (;;) {
         if (ck->rank == 0)
@@ -646,8 +679,10 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
         if (ck->rank == 0)
             skip(ck, &r);
     }
-    if (ck->rank == 0)
+    if (ck->rank == 0) {
+        H5PLset_loading_state(plugins);
         ck_h5_leave();
+    }
     free(r.cands);
     free(items);
     free(h);

@@ -8,7 +8,7 @@ set -u
 src=$(cd "$1" && pwd) build=$(cd "$2" && pwd) # the runs happen elsewhere: absolute paths
 secs=${FUZZ_SECONDS:-60}
 rc=0
-for t in idx options; do
+for t in idx options ckpt; do
     work=$(mktemp -d "${TMPDIR:-/tmp}/ddpc-fuzz-$t.XXXXXX")
     echo "== fuzz_$t: ${secs}s from $(ls "$src/seeds/$t" | wc -l) seed(s)"
     (cd "$work" && "$build/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
