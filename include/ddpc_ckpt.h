@@ -107,7 +107,9 @@ DDPC_API ddpc_status_t ddpc_ckpt_wait(ddpc_ckpt_t ck);
  * there is no checkpoint (nothing changed), DDPC_ERR_MISMATCH for another
  * model, DDPC_ERR_FORMAT when none validates. After an error other than
  * NOT_FOUND and MISMATCH the parameters and optimizer state may be partly
- * overwritten. The world size may differ from the one at save. */
+ * overwritten. A broadcast that times out (rank 0 died in the load) gives
+ * DDPC_ERR_TIMEOUT on the ranks that saw it, not a shared verdict: end the
+ * job with ddpc_abort. The world size may differ from the one at save. */
 DDPC_API ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t *meta,
                                       char *loaded_path, size_t n);
 

@@ -169,6 +169,11 @@ int main(int argc, char **argv)
         if (rank == 0)
             printf("resumed step=%llu state=%016llx path=%s saved_by=%d\n",
                    (unsigned long long)meta.step, (unsigned long long)h, path, meta.world_size);
+    } else if (st == DDPC_ERR_TIMEOUT || st == DDPC_ERR_MPI || st == DDPC_ERR_REMOTE) {
+        /* a broadcast of the load never completed (rank 0 died in it): no
+         * verdict every rank shares, and a collective still pending that
+         * ddpc_finalize would wait for: end the job */
+        die("ddpc_ckpt_load", ddpc_ckpt_last_error(ck));
     } else {
         /* every rank got the same verdict from the load: end normally, so
          * that the launcher forwards every rank's message (an abort races

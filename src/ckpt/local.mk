@@ -26,6 +26,9 @@ check_PROGRAMS += tests/mpi_ckpt_train
 tests_mpi_ckpt_train_SOURCES = tests/mpi_ckpt_train.c
 tests_mpi_ckpt_train_LDFLAGS = $(DDPC_TEST_LD)
 tests_mpi_ckpt_train_LDADD = libddpc.la
-TESTS += tests/ckpt-resume.sh tests/ckpt-interop.sh tests/ckpt-faults.sh tests/ckpt-full.sh
+TESTS += tests/ckpt-resume.sh tests/ckpt-interop.sh tests/ckpt-faults.sh tests/ckpt-full.sh \
+	tests/ckpt-bcast-die.sh
 dist_check_SCRIPTS += tests/ckpt-resume.sh tests/ckpt-interop.sh tests/ckpt-faults.sh \
-	tests/ckpt-full.sh
+	tests/ckpt-full.sh tests/ckpt-bcast-die.sh
+# preloaded by ckpt-bcast-die.sh (which builds it with cc, or $CC if set)
+dist_check_DATA += tests/die_in_read.c
