@@ -437,6 +437,8 @@ static int resume(trainer_t *t)
         say(t, "trainer: no checkpoint in %s: starting from scratch\n", o->ckpt_dir);
         return 0;
     }
+    if (st == DDPC_ERR_TIMEOUT) /* rank 0 gone or stuck: the ranks that remain say so, end */
+        fatal(t, "resume", ddpc_ckpt_last_error(t->ckpt));
     if (st != DDPC_OK) { /* every rank has the same status; rank 0 says why */
         if (t->rank == 0)
             fprintf(stderr, "%s\n", ddpc_ckpt_last_error(t->ckpt));

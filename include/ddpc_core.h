@@ -117,7 +117,10 @@ DDPC_API ddpc_status_t ddpc_init(const ddpc_config_t *cfg, int *argc, char ***ar
 DDPC_API const char *ddpc_init_error(void);
 
 /* Collective. Waits for outstanding work, finalizes MPI and PMIx when ddpc
- * initialized them. NULL is a no-op. */
+ * initialized them. NULL is a no-op. After a collective timed out (a rank is
+ * missing) it does not wait again, nor finalize MPI (which would wait for that
+ * collective forever): it logs why and returns DDPC_ERR_TIMEOUT at once; exit
+ * non-zero then, or better call ddpc_abort. */
 DDPC_API ddpc_status_t ddpc_finalize(ddpc_t rt);
 
 /* Not collective: ends every rank of the job now (MPI_Abort / PMIx_Abort),

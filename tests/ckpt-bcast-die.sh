@@ -118,3 +118,35 @@ for c in "outlived-2 2 1" "outlived-4 4 3"; do
         { cat "$out"; fail "$name: no survivor's message naming the broadcast and rank 0 gone"; }
     echo "   $(grep -E -m1 -o "ddpc\[rank [1-3]/$np.*did not complete within ${T}s" "$out"): ... $(grep -E -m1 -o "rank 0, which keeps.*" "$out")"
 done
+
+# The trainer, where the others outlive rank 0: its ranks that remain end the
+# job with the load's timeout (they used to finalize, which waited for the
+# broadcast forever, and said nothing: rank 0 speaks for a failed load)
+need_fmnist
+TRAINER="$top_builddir/trainer"
+d=$TMP/trainer.d out=$TMP/trainer.out
+TOPTS="--data $DATA --threads 1 --model linear --batch-size 64 --max-steps 10 --ckpt-every 5 --ckpt-dir $d --quiet"
+mpirun_t 2 "$TRAINER" $TOPTS >"$TMP/tfirst" 2>&1 || { cat "$TMP/tfirst"; fail "trainer: the first run"; }
+sums "$d" >"$TMP/before"
+printf '%s\n' 'LD_PRELOAD="$DIE_SO" "$@"; r=$?; echo "rank ${PMI_RANK:-?}: exit $r" >&2; exit $r' >"$TMP/outlive.sh"
+for try in 1 2 3; do
+    (
+        export DIE_SO="$TMP/die.so" DDPC_TEST_DIE_AT_READ=1 DDPC_TIMEOUT=$T DDPC_CKPT_CHUNK_MB=0.001
+        # shellcheck disable=SC2034 # both read by mpirun_t (lib.sh)
+        MPIEXEC_FLAGS="$MPIEXEC_FLAGS -disable-auto-cleanup" DDPC_TEST_WRAP="sh $TMP/outlive.sh"
+        mpirun_t 2 "$TRAINER" $TOPTS --max-steps 20
+    ) >"$out" 2>&1
+    rc=$? t1=$(now)
+    grep -q 'assert (!closed) failed' "$out" && [ $try -lt 3 ] || break
+    echo "note: trainer: hydra's proxy failed on rank 0's closed PMI socket; again"
+done
+died=$(sed -n 's/^die_in_read: rank 0 (pid [0-9]*) SIGKILLs itself at H5Dread #.* at \([0-9.]*\)$/\1/p' "$out")
+[ -n "$died" ] || { cat "$out"; fail "trainer: rank 0 never reached its first read"; }
+dt=$(echo "$t1 $died" | awk '{ printf "%.2f", $1 - $2 }')
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$out"; fail "trainer: exit $rc (0: trained on; 124/137: hung)"; }
+awk -v t="$dt" -v T=$T 'BEGIN { exit !(t < T + 5) }' || { cat "$out"; fail "trainer: ${dt}s to the end (goal: T + 5 s)"; }
+grep -Eq 'ddpc\[rank 1/2 [^]]*\] trainer: resume: .*did not complete within [0-9]+s.*rank 0, which keeps the ranks. progress, is gone' "$out" ||
+    { cat "$out"; fail "trainer: rank 1 did not say that the load timed out with rank 0 gone"; }
+sums "$d" >"$TMP/after"
+cmp -s "$TMP/before" "$TMP/after" || { diff "$TMP/before" "$TMP/after"; fail "trainer: the checkpoint files changed"; }
+echo "ok: trainer, others outlive rank 0: exit $rc ${dt}s after its death, rank 1 says the load timed out and rank 0 is gone; files intact"

@@ -106,6 +106,19 @@ while kill -0 "$r0" 2>/dev/null || kill -0 "$r1" 2>/dev/null; do
 done
 echo "ok: the launcher killed: its ranks were gone after $(($(date +%s) - t0)) s"
 
+# --- ddpc_finalize after a timed-out collective returns at once with the
+# timeout (it used to wait forever for the progress thread stuck in MPI) and
+# the job ends: the rank that finalized exits non-zero, the launcher ends the
+# rank that never came
+t0=$(date +%s)
+DDPC_TIMEOUT=2 mpirun_t 2 "$T" finalize 1 30 >"$TMP/fin" 2>&1
+rc=$? t1=$(date +%s)
+grep -Eq 'rank 0: finalize after the timeout: [^:]*(timed out|timeout)[^:]* in [0-2]\.[0-9]s' "$TMP/fin" ||
+    { cat "$TMP/fin"; fail "finalize after a timeout: no prompt return with the timeout"; }
+grep -q 'a collective never completed' "$TMP/fin" || { cat "$TMP/fin"; fail "finalize after a timeout: no message saying why"; }
+[ "$rc" -ne 0 ] && [ $((t1 - t0)) -lt 20 ] || { cat "$TMP/fin"; fail "finalize after a timeout: exit $rc after $((t1 - t0)) s"; }
+echo "ok: ddpc_finalize after a timeout: $(grep -o 'rank 0: finalize after the timeout: .*' "$TMP/fin"); job over in $((t1 - t0)) s, exit $rc"
+
 # --- a rank that exits 0 early: named as gone (its side channel closed). With
 # MPICH the others' abort ends the job; Open MPI's mpirun does not kill a rank
 # that sits in MPI_Finalize when the others call MPI_Abort, so the job waits

@@ -7,6 +7,9 @@
  *             default 8) before the second all-reduce: with DDPC_TIMEOUT=2
  *             the others time out and name it; each rank says when it
  *             enters that all-reduce
+ *   finalize  as late, but the ranks that time out call ddpc_finalize
+ *             instead of ddpc_abort and say what it returned and how long
+ *             it took (it must return at once, not wait for the collective)
  *   early     rank LATE finalizes and exits 0 after the first all-reduce:
  *             the others time out and name it as gone
  *   ok        three matching all-reduces (DDPC_DEBUG=detail must pass them)
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int main(int argc, char **argv)
@@ -42,7 +46,7 @@ int main(int argc, char **argv)
         size_t n = 16;
         if (!strcmp(mode, "mismatch") && k == 1 && rank == 1)
             n = 32;
-        if (!strcmp(mode, "late") && k == 1 && rank == late)
+        if ((!strcmp(mode, "late") || !strcmp(mode, "finalize")) && k == 1 && rank == late)
             sleep(nap);
         if (k == 1) {
             printf("monitor_test: rank %d: entering #1\n", rank);
@@ -59,6 +63,16 @@ int main(int argc, char **argv)
     printf("monitor_test: rank %d: %s%s%s\n", rank, ddpc_strerror(st), st ? ": " : "",
            st ? ddpc_last_error(rt) : "");
     fflush(stdout);
+    if (st == DDPC_ERR_TIMEOUT && !strcmp(mode, "finalize")) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        ddpc_status_t fs = ddpc_finalize(rt);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        printf("monitor_test: rank %d: finalize after the timeout: %s in %.1fs\n", rank,
+               ddpc_strerror(fs), (double)(b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec));
+        fflush(stdout);
+        return 4;
+    }
     if (st == DDPC_ERR_TIMEOUT)
         ddpc_abort(rt, 4, "monitor_test: ending the job after the timeout");
     ddpc_finalize(rt);

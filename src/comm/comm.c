@@ -480,6 +480,8 @@ static void comm_free(struct ddpc_comm *c)
     ddpc_monitor_forget(c);
     if (c->ops)
         c->ops->destroy(c);
+    if (c->abandoned)
+        return; /* a thread stuck in a collective still holds it */
     free(c->fr);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -505,7 +507,7 @@ void ddpc_comm_destroy_internal(struct ddpc_comm *c)
 {
     if (!c)
         return;
-    if (c->ops)
+    if (c->ops && !c->timed_out) /* after a timeout, waiting once more is no use */
         c->ops->synchronize(c, c->rt->cfg.timeout_s);
     comm_free(c);
 }

@@ -77,6 +77,8 @@ struct ddpc_comm {
     uint64_t fail_seq;       /* the collective that failed (UINT64_MAX: none known),
                                 so that the DDP engine can name its bucket */
     void *impl;              /* the backend's state */
+    int timed_out;           /* a wait on it timed out: destroy does not wait again */
+    int abandoned;           /* destroy left a thread that holds it: not freed */
 };
 
 /* Errors of a call go to the runtime's message (ddpc_last_error), as

@@ -8,6 +8,7 @@
  * recorded at submit), copies each piece into a pinned host buffer, reduces
  * it with MPI and copies it back; several ranks may share one GPU this way,
  * and sites without NCCL can still train on GPUs. Not here: NCCL (nccl.c). */
+#define _GNU_SOURCE /* pthread_timedjoin_np */
 #include "config.h"
 #include "comm_internal.h"
 
@@ -30,6 +31,7 @@ typedef struct {
     pthread_cond_t has_work, work_done;
     struct ddpc_work *head, *tail;
     int stop, thread_started;
+    int abandon;        /* destroy gave up on a collective that never completed */
     uint64_t completed; /* operations finished, in queue order */
     int sync_waiters;   /* threads in ddpc_comm_synchronize */
     int waiters;        /* threads in a wait or synchronize: the caller is idle */
@@ -115,6 +117,8 @@ static int poll_request(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *req)
         int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS || flag)
             return rc;
+        if (__atomic_load_n(&m->abandon, __ATOMIC_ACQUIRE))
+            return MPI_ERR_PENDING; /* left in flight: see mpi_destroy */
         if (m->progress == PROGRESS_SPIN || __atomic_load_n(&m->waiters, __ATOMIC_ACQUIRE)) {
             nap = 0;
             continue;
@@ -336,8 +340,8 @@ static void *progress_main(void *arg)
     for (;;) {
         while (!m->head && !m->stop)
             pthread_cond_wait(&m->has_work, &c->mu);
-        if (!m->head)
-            break; /* stop requested and nothing left */
+        if (!m->head || m->abandon)
+            break; /* stop requested and nothing left, or given up */
         struct ddpc_work *w = m->head;
         pthread_mutex_unlock(&c->mu);
 
@@ -441,6 +445,8 @@ static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
     }
     __atomic_sub_fetch(&m->waiters, 1, __ATOMIC_RELEASE);
     int done = w->done;
+    if (!done && timeout_s >= c->rt->cfg.timeout_s)
+        c->timed_out = 1; /* the watchdog's timeout, not a caller's short poll */
     pthread_mutex_unlock(&c->mu);
     if (!done) {
         char what[160], ex[768] = "";
@@ -480,6 +486,8 @@ static ddpc_status_t mpi_synchronize(struct ddpc_comm *c, double timeout_s)
     __atomic_sub_fetch(&m->waiters, 1, __ATOMIC_RELEASE);
     m->sync_waiters--;
     int idle = m->completed >= target;
+    if (!idle && timeout_s >= c->rt->cfg.timeout_s)
+        c->timed_out = 1;
     pthread_mutex_unlock(&c->mu);
     return idle ? DDPC_OK
                 : ddpc_err(c->rt, DDPC_ERR_TIMEOUT, MOD,
@@ -500,8 +508,29 @@ static void mpi_destroy(struct ddpc_comm *c)
     if (m->thread_started) {
         pthread_mutex_lock(&c->mu);
         m->stop = 1;
+        /* work still queued after the caller's synchronize gave up: a rank
+         * never joined a collective, and the thread is inside it. Joining
+         * would wait forever: the thread is told to leave it (it does at
+         * its next test; not from inside a blocking call), and whatever it
+         * may still touch is left allocated, its MPI communicator too */
+        const int stuck = m->head != NULL;
+        if (stuck)
+            __atomic_store_n(&m->abandon, 1, __ATOMIC_RELEASE);
         pthread_cond_signal(&m->has_work);
+        pthread_cond_signal(&m->poke);
         pthread_mutex_unlock(&c->mu);
+        if (stuck) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += 2;
+            if (pthread_timedjoin_np(m->thread, NULL, &until) != 0) {
+                pthread_detach(m->thread);
+                c->abandoned = 1; /* comm_free keeps c: the thread holds it */
+            }
+            c->rt->stuck = 1; /* ddpc_finalize must not finalize MPI */
+            c->impl = NULL;
+            return;
+        }
         pthread_join(m->thread, NULL);
     }
     if (m->half_sum[0] != MPI_OP_NULL)

@@ -17,6 +17,7 @@ struct ddpc {
     char prefix[112];             /* "ddpc[rank r/n host]" */
     char err[DDPC_ERRMSG_LEN];    /* last error on this handle */
     int own_mpi;                  /* ddpc called MPI_Init */
+    int stuck;                    /* a communicator was left with a collective in flight */
     int mpi_thread_level;
     int pmix_active;              /* PMIx_Init succeeded and owns discovery */
     unsigned kvs_round;           /* fresh PMIx key per exchange */

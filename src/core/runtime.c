@@ -303,6 +303,16 @@ ddpc_status_t ddpc_finalize(ddpc_t rt)
         return DDPC_OK;
     ddpc_monitor_stop(rt);
     ddpc_comm_destroy_internal(rt->world_comm);
+    if (rt->stuck) {
+        /* a collective never completed (a rank is missing): MPI_Finalize
+         * would wait for it forever. MPI stays as it is, and so does rt
+         * (a thread left in that collective holds it). */
+        ddpc_log(rt, DDPC_LOG_ERROR,
+                 "finalize: a collective never completed (another rank is missing), so MPI is "
+                 "not finalized; exit with a non-zero status (or call ddpc_abort) so that the "
+                 "launcher ends the job");
+        return DDPC_ERR_TIMEOUT;
+    }
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin && rt->mpi_world != MPI_COMM_NULL)
