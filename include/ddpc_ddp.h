@@ -28,14 +28,18 @@ typedef struct {
     size_t bucket_bytes;       /* DDPC_BUCKET_MB; PyTorch: 25 MiB */
     int find_unused;           /* DDPC_FIND_UNUSED=0|1: reduce never-ready grads as zeros */
     ddpc_dtype_t compress;     /* DDPC_COMPRESS=none|bf16|fp16: wire dtype (F32 = none) */
-    int overlap;               /* DDPC_OVERLAP=0|1: launch buckets during backward (1) or
-                                  all at wait (0, for comparison) */
+    int overlap;               /* DDPC_OVERLAP=auto|0|1: launch buckets during backward
+                                  (1) or all at wait (0); DDPC_OVERLAP_AUTO: 1, except
+                                  for a host engine whose ranks are all on one node
+                                  with at most one CPU each (no core to spare for the
+                                  all-reduce, which is CPU work there) */
     void *stream;              /* device engines: the caller's compute stream
                                   (cudaStream_t; NULL: the stream the communicator
                                   already follows) */
 } ddpc_ddp_config_t;
 
-#define DDPC_DDP_CONFIG_INIT {(size_t)1 << 20, (size_t)25 << 20, 0, DDPC_F32, 1, NULL}
+#define DDPC_OVERLAP_AUTO (-1)
+#define DDPC_DDP_CONFIG_INIT {(size_t)1 << 20, (size_t)25 << 20, 0, DDPC_F32, DDPC_OVERLAP_AUTO, NULL}
 
 /* Not collective. cfg may be NULL. The engine uses comm for all its traffic.
  * On a device communicator (nccl, mpi-staged) the arenas (parameters,
@@ -136,6 +140,9 @@ DDPC_API ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t ddp);
  * parameters differ from rank 0's; nothing is changed. DDPC_CHECK_PARAMS=K
  * makes ddpc_optim_step run it after every K-th step (0: never, the default). */
 DDPC_API ddpc_status_t ddpc_ddp_check_params(ddpc_ddp_t ddp);
+/* 1 when buckets are launched during backward, 0 when all at the wait: the
+ * configured overlap, with auto resolved at create. */
+DDPC_API int ddpc_ddp_overlap(ddpc_ddp_t ddp);
 DDPC_API const char *ddpc_ddp_last_error(ddpc_ddp_t ddp);
 DDPC_API ddpc_comm_t ddpc_ddp_comm(ddpc_ddp_t ddp);
 

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { B = 8 }; /* per-rank batch */
 
@@ -446,6 +447,36 @@ START_TEST(replicas_compared)
 }
 END_TEST
 
+/* DDPC_OVERLAP: 0 and 1 as set; auto (the default) on for one rank, off
+ * where every rank of one node has at most one CPU (this machine's tests:
+ * unbound ranks, no more CPUs than two per rank); a bad value refused. */
+START_TEST(overlap_setting)
+{
+    ddpc_ddp_t d;
+    const char *set[] = {"0", "1"};
+    for (int k = 0; k < 2; k++) {
+        setenv("DDPC_OVERLAP", set[k], 1);
+        T_OK(ddpc_ddp_create(T_comm, NULL, &d));
+        ck_assert_int_eq(ddpc_ddp_overlap(d), k);
+        ddpc_ddp_destroy(d);
+    }
+    unsetenv("DDPC_OVERLAP");
+    T_OK(ddpc_ddp_create(T_comm, NULL, &d));
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (T_size == 1)
+        ck_assert_int_eq(ddpc_ddp_overlap(d), 1);
+    else if (online / T_size < 2 && ddpc_world(T_rt)->num_nodes <= 1)
+        ck_assert_msg(ddpc_ddp_overlap(d) == 0, "auto: %d ranks on %ld CPUs overlap", T_size, online);
+    ddpc_ddp_destroy(d);
+    setenv("DDPC_OVERLAP", "yes", 1);
+    ck_assert_int_eq(ddpc_ddp_create(T_comm, NULL, &d), DDPC_ERR_INVALID);
+    ck_assert_msg(strstr(ddpc_ddp_last_error(d), "DDPC_OVERLAP=\"yes\": expected one of 0|1|auto"),
+                  "%s", ddpc_ddp_last_error(d));
+    ddpc_ddp_destroy(d);
+    unsetenv("DDPC_OVERLAP");
+}
+END_TEST
+
 static Suite *ddp_suite(void)
 {
     Suite *s = suite_create("ddp");
@@ -459,6 +490,7 @@ static Suite *ddp_suite(void)
     tcase_add_test(core, clipping_and_loss_scaling);
     tcase_add_test(core, sgd_nesterov_rule);
     tcase_add_test(core, replicas_compared);
+    tcase_add_test(core, overlap_setting);
     suite_add_tcase(s, core);
     TCase *lim = tcase_create("limits");
     tcase_add_test(lim, bucket_plans);

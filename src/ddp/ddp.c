@@ -2,12 +2,15 @@
  * shape, checked across ranks, laid out in one parameter arena and one
  * gradient arena, and cut into buckets. The reducer (reducer.c) and the
  * optimizers (optim.c) work on what this file builds. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "config.h"
 #include "ddp_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef DDPC_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -62,16 +65,18 @@ void ddp_dev_free(void *p)
 static ddpc_status_t read_env(ddpc_ddp_t d)
 {
     static const char *const comp[] = {"none", "bf16", "fp16", NULL};
+    static const char *const ov[] = {"0", "1", "auto", NULL}; /* 2: DDPC_OVERLAP_AUTO */
     ddpc_t rt = d->rt;
     double first = (double)d->cfg.first_bucket_bytes / 1048576.0;
     double cap = (double)d->cfg.bucket_bytes / 1048576.0;
-    long unused = d->cfg.find_unused, overlap = d->cfg.overlap;
+    long unused = d->cfg.find_unused;
+    int overlap = d->cfg.overlap == DDPC_OVERLAP_AUTO ? 2 : d->cfg.overlap != 0;
     int c = d->cfg.compress == DDPC_BF16 ? 1 : d->cfg.compress == DDPC_F16 ? 2 : 0;
     ddpc_status_t st;
     if ((st = ddpc_env_double(rt, "DDPC_FIRST_BUCKET_MB", 0, 1 << 20, &first)) ||
         (st = ddpc_env_double(rt, "DDPC_BUCKET_MB", 1.0 / 1024, 1 << 20, &cap)) ||
         (st = ddpc_env_long(rt, "DDPC_FIND_UNUSED", 0, 1, &unused)) ||
-        (st = ddpc_env_long(rt, "DDPC_OVERLAP", 0, 1, &overlap)) ||
+        (st = ddpc_env_choice(rt, "DDPC_OVERLAP", ov, &overlap)) ||
         (st = ddpc_env_long(rt, "DDPC_CHECK_PARAMS", 0, 1000000000L, &d->check_every)) ||
         (st = ddpc_env_choice(rt, "DDPC_COMPRESS", comp, &c))) {
         snprintf(d->err, sizeof d->err, "%s", ddpc_last_error(rt));
@@ -80,10 +85,39 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     d->cfg.first_bucket_bytes = (size_t)(first * 1048576.0);
     d->cfg.bucket_bytes = (size_t)(cap * 1048576.0);
     d->cfg.find_unused = (int)unused;
-    d->cfg.overlap = (int)overlap;
+    d->cfg.overlap = overlap == 2 ? DDPC_OVERLAP_AUTO : overlap;
     d->cfg.compress = c == 1 ? DDPC_BF16 : c == 2 ? DDPC_F16 : DDPC_F32;
     return DDPC_OK;
 }
+
+/* DDPC_OVERLAP=auto. Launching a bucket during backward pays where the
+ * transfer takes time but little CPU: a network, a GPU's own engines. Between
+ * ranks of one node a host all-reduce is copies and sums on the cores
+ * themselves; when the ranks fill the node (at most one CPU each), the
+ * progress thread can only take that time from backward's core, and
+ * measured it is a loss (doc/ddp.md). Not collective: the order of the
+ * launches is the same either way, only their time differs. */
+static void resolve_overlap(ddpc_ddp_t d, const ddpc_world_t *w)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < cpus)
+        cpus = CPU_COUNT(&set); /* bound: these are its own */
+    else if (w->local_size > 0)
+        cpus /= w->local_size; /* unbound: the node's share */
+    const int one_node = w->num_nodes <= 1 || d->size <= w->local_size;
+    d->cfg.overlap = d->device != DDPC_DEVICE_HOST || d->size == 1 || !one_node || cpus >= 2;
+    ddpc_log(d->rt, DDPC_LOG_INFO,
+             "ddp: overlap %s (auto): %s; DDPC_OVERLAP=0|1 sets it", d->cfg.overlap ? "on" : "off",
+             d->device != DDPC_DEVICE_HOST ? "a device engine"
+             : d->size == 1                  ? "one rank"
+             : !one_node                     ? "ranks on more than one node"
+             : cpus >= 2                     ? "a CPU to spare per rank"
+                                             : "every rank of one node has at most one CPU: the "
+                                               "all-reduce is CPU work that would take backward's core");
+}
+
+int ddpc_ddp_overlap(ddpc_ddp_t d) { return d ? d->cfg.overlap != 0 : 0; }
 
 ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg, ddpc_ddp_t *out)
 {
@@ -117,6 +151,8 @@ ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg, dd
     if (st == DDPC_OK && d->cfg.bucket_bytes < 4)
         st = ddp_err(d, DDPC_ERR_INVALID, "bucket size of %zu bytes holds no float32",
                      d->cfg.bucket_bytes);
+    if (st == DDPC_OK && d->cfg.overlap == DDPC_OVERLAP_AUTO)
+        resolve_overlap(d, w);
     return st;
 }
 
