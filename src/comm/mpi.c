@@ -99,19 +99,23 @@ static MPI_Op mpi_op(const mpi_impl_t *m, ddpc_dtype_t dt, ddpc_redop_t op)
  * another rank to arrive; overlap then made steps slower than none
  * (doc/ddp.md). So by default (auto) an operation that starts while the
  * caller computes runs as MPI's non-blocking form, and the thread tests it
- * and naps between tests, from NAP_MIN doubling to NAP_MAX, until a caller
+ * without pause for SPIN_FIRST_S (a small operation whose ranks are all in
+ * ends within it, and the caller often arrives), then naps between tests,
+ * from NAP_MIN doubling to NAP_MAX, until a caller
  * waits for this communicator (its thread sleeps then, and the core is
  * free): the waiter ends the nap and the thread tests without pause.
  * spin: tests without pause (a core spare per rank: GPU jobs, or fewer
  * ranks than cores); blocking: MPI's blocking calls, as before. */
 enum { PROGRESS_AUTO, PROGRESS_SPIN, PROGRESS_BLOCKING };
 static const char *const progress_names[] = {"auto", "spin", "blocking", NULL};
+#define SPIN_FIRST_S 50e-6 /* small operations complete in this, once every rank is in */
 #define NAP_MIN_NS 10000L  /* 10 us */
 #define NAP_MAX_NS 500000L /* 0.5 ms */
 
 static int poll_request(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *req)
 {
     long nap = 0;
+    const double spin_until = ddpc_now() + SPIN_FIRST_S;
     for (;;) {
         int flag = 0;
         int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
@@ -119,8 +123,8 @@ static int poll_request(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *req)
             return rc;
         if (__atomic_load_n(&m->abandon, __ATOMIC_ACQUIRE))
             return MPI_ERR_PENDING; /* left in flight: see mpi_destroy */
-        if (m->progress == PROGRESS_SPIN || __atomic_load_n(&m->waiters, __ATOMIC_ACQUIRE)) {
-            nap = 0;
+        if (m->progress == PROGRESS_SPIN || __atomic_load_n(&m->waiters, __ATOMIC_ACQUIRE) ||
+            (nap == 0 && ddpc_now() < spin_until)) {
             continue;
         }
         nap = nap ? (nap * 2 < NAP_MAX_NS ? nap * 2 : NAP_MAX_NS) : NAP_MIN_NS;
