@@ -360,6 +360,12 @@ void ddpc_comm_tag_next(struct ddpc_comm *c, const char *tag)
         snprintf(c->fr_tag, sizeof c->fr_tag, "%s", tag ? tag : "");
 }
 
+void ddpc_comm_blocking_next(struct ddpc_comm *c)
+{
+    if (c)
+        c->blocking_next = 1;
+}
+
 void comm_flight_issue(struct ddpc_comm *c, const struct ddpc_work *w)
 {
     if (!c->fr || w->kind == OP_WATCH)
@@ -690,6 +696,8 @@ static ddpc_status_t submit(ddpc_comm_t c, op_kind_t kind, const void *send, voi
     *w = (struct ddpc_work){.comm = c, .kind = kind, .send = send, .recv = recv, .count = count,
                             .dt = dt, .op = op, .root = root, .t_enqueue = ddpc_now()};
     w->deadline = w->t_enqueue + rt->cfg.timeout_s;
+    w->blocking = c->blocking_next;
+    c->blocking_next = 0;
     pthread_mutex_lock(&c->mu);
     w->seq = c->seq;
     comm_flight_issue(c, w);

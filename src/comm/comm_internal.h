@@ -33,6 +33,7 @@ struct ddpc_work {
     uint64_t seq;
     int done;
     int waited;      /* mpi: a thread sleeps in ddpc_work_wait on it */
+    int blocking;    /* mpi: issue as MPI's blocking call (ddpc_comm_blocking_next) */
     int refs;        /* nccl: the caller's handle and the watchdog's list */
     ddpc_status_t status;
     double t_enqueue, deadline; /* ddpc_now() seconds */
@@ -72,6 +73,7 @@ struct ddpc_comm {
     struct comm_flight *fr;  /* (fr_cap,) the last collectives, slot seq % fr_cap; NULL: off */
     size_t fr_cap;
     char fr_tag[32];         /* what the next collective is for (ddpc_comm_tag_next) */
+    int blocking_next;       /* the next collective: MPI's blocking call (mpi backend) */
     ddpc_status_t failed;    /* device backends: sticky, once aborted */
     char fail_msg[DDPC_ERRMSG_LEN]; /* its message, without the rank prefix */
     uint64_t fail_seq;       /* the collective that failed (UINT64_MAX: none known),

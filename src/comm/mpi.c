@@ -143,12 +143,13 @@ static int poll_request(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *req)
 }
 
 /* The blocking call, or its non-blocking form and the wait above. The
- * choice is the same on every rank (DDPC_PROGRESS must be): MPI does not
- * match a blocking collective with a non-blocking one. */
-#define MPI_RUN(blocking, nonblocking, ...)                                                    \
-    (m->progress == PROGRESS_BLOCKING                                                          \
-         ? blocking(__VA_ARGS__)                                                               \
-         : mpi_finish(c, m, nonblocking(__VA_ARGS__, &req), &req))
+ * choice is the same on every rank (DDPC_PROGRESS must be, and so must the
+ * engine's hint, w->blocking): MPI does not match a blocking collective with
+ * a non-blocking one. */
+#define MPI_RUN(call, icall, ...)                                                                  \
+    (m->progress == PROGRESS_BLOCKING || w->blocking                                               \
+         ? call(__VA_ARGS__)                                                                       \
+         : mpi_finish(c, m, icall(__VA_ARGS__, &req), &req))
 
 static int mpi_finish(struct ddpc_comm *c, mpi_impl_t *m, int rc, MPI_Request *req)
 {
@@ -181,7 +182,8 @@ static int run_host(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
             size_t n = w->count - off < piece ? w->count - off : piece;
             const void *s = w->send == w->recv ? MPI_IN_PLACE : (const char *)w->send + off * es;
             char *r = (char *)w->recv + off * es;
-            rc = MPI_RUN(MPI_Allreduce, MPI_Iallreduce, s, r, (int)n, t, mpi_op(m, w->dt, w->op), m->mpi);
+            rc = MPI_RUN(MPI_Allreduce, MPI_Iallreduce, s, r, (int)n, t, mpi_op(m, w->dt, w->op),
+                         m->mpi);
             if (rc == MPI_SUCCESS && w->op == DDPC_AVG && c->size > 1)
                 comm_divide(r, n, w->dt, c->size); /* while the piece is in cache */
         }
@@ -190,12 +192,13 @@ static int run_host(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
     case OP_BCAST:
         for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += CHUNK) {
             size_t n = w->count - off < CHUNK ? w->count - off : CHUNK;
-            rc = MPI_RUN(MPI_Bcast, MPI_Ibcast, (char *)w->recv + off * es, (int)n, t, w->root, m->mpi);
+            rc = MPI_RUN(MPI_Bcast, MPI_Ibcast, (char *)w->recv + off * es, (int)n, t, w->root,
+                         m->mpi);
         }
         break;
     case OP_ALLGATHER:
-        rc = MPI_RUN(MPI_Allgather, MPI_Iallgather, w->send, (int)w->count, t, w->recv, (int)w->count, t,
-                     m->mpi);
+        rc = MPI_RUN(MPI_Allgather, MPI_Iallgather, w->send, (int)w->count, t, w->recv,
+                     (int)w->count, t, m->mpi);
         break;
     case OP_REDUCE_SCATTER:
         rc = MPI_RUN(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, w->send, w->recv,
@@ -271,8 +274,8 @@ static int run_staged(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
         for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += piece) {
             size_t n = w->count - off < piece ? w->count - off : piece;
             COPY(h, (const char *)w->send + off * es, n * es, cudaMemcpyDeviceToHost);
-            rc = MPI_RUN(MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, h, (int)n, t, mpi_op(m, w->dt, w->op),
-                         m->mpi);
+            rc = MPI_RUN(MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, h, (int)n, t,
+                         mpi_op(m, w->dt, w->op), m->mpi);
             if (rc == MPI_SUCCESS && w->op == DDPC_AVG && c->size > 1)
                 comm_divide(h, n, w->dt, c->size);
             if (rc == MPI_SUCCESS)

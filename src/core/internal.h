@@ -111,6 +111,11 @@ void ddpc_monitor_stop(ddpc_t rt);
  * path into where (may be NULL). Nothing when DDPC_FLIGHT_RECORDER is 0. */
 struct ddpc_comm;
 void ddpc_comm_tag_next(struct ddpc_comm *c, const char *tag);
+/* The next collective on c goes to MPI as its blocking call (backend mpi;
+ * others ignore it): for one that every rank issues while its caller waits,
+ * where MPICH's blocking algorithms are faster than its non-blocking ones.
+ * Every rank must say it for the same collective. */
+void ddpc_comm_blocking_next(struct ddpc_comm *c);
 void ddpc_flight_dump(ddpc_t rt, const char *why, char *where, size_t n);
 
 #endif /* DDPC_INTERNAL_H */

@@ -119,6 +119,28 @@ static void resolve_overlap(ddpc_ddp_t d, const ddpc_world_t *w)
 
 int ddpc_ddp_overlap(ddpc_ddp_t d) { return d ? d->cfg.overlap != 0 : 0; }
 
+/* Collective (build): overlap off if any rank has it off, so that every rank
+ * launches its buckets at the same point (in the wait, without overlap) and
+ * the communicator may issue them as MPI's blocking calls. */
+static ddpc_status_t agree_overlap(ddpc_ddp_t d)
+{
+    int32_t mine = d->cfg.overlap != 0, *all = malloc((size_t)d->size * sizeof *all);
+    if (!all)
+        return ddp_err(d, DDPC_ERR_NOMEM, "overlap: cannot allocate");
+    ddpc_status_t st = ddpc_comm_host_allgather(d->comm, &mine, all, sizeof mine);
+    int off = -1;
+    for (int r = 0; st == DDPC_OK && r < d->size && off < 0; r++)
+        if (!all[r])
+            off = r;
+    free(all);
+    if (st)
+        return ddp_err(d, st, "overlap: %s", ddpc_last_error(d->rt));
+    if (off >= 0 && mine)
+        ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: overlap off, as on rank %d", off);
+    d->cfg.overlap = off < 0;
+    return DDPC_OK;
+}
+
 ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg, ddpc_ddp_t *out)
 {
     static const ddpc_ddp_config_t defaults = DDPC_DDP_CONFIG_INIT;
@@ -391,6 +413,8 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
     if (d->built)
         return ddp_err(d, DDPC_ERR_STATE, "ddpc_ddp_build called twice");
     ddpc_status_t st = verify_across_ranks(d);
+    if (st == DDPC_OK)
+        st = agree_overlap(d);
     if (st)
         return st;
     size_t bytes = (d->numel ? d->numel : 1) * sizeof(float);

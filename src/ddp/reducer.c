@@ -82,6 +82,8 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
     char tag[32];
     snprintf(tag, sizeof tag, "ddp bucket %d", b);
     ddpc_comm_tag_next(d->comm, tag); /* for the flight recorder */
+    if (!d->cfg.overlap) /* launched in the wait on every rank (overlap is agreed at build) */
+        ddpc_comm_blocking_next(d->comm);
     if (d->cfg.compress == DDPC_F32) {
         st = ddpc_iallreduce(d->comm, g, g, bk->numel, DDPC_F32, DDPC_AVG, &bk->work);
     } else {

@@ -273,11 +273,22 @@ size_t ddpc_idx_dim(ddpc_idx_t ds) { return LIVE(ds) ? ds->rows * ds->cols : 0; 
 const uint8_t *ddpc_idx_pixels(ddpc_idx_t ds) { return LIVE(ds) ? ds->pixels : NULL; }
 const uint8_t *ddpc_idx_labels(ddpc_idx_t ds) { return LIVE(ds) ? ds->labels : NULL; }
 
+/* Rows are scattered over the whole set (tens of MB): each sample's first
+ * touch misses the caches. The rows AHEAD samples on are prefetched while
+ * this one is converted, so the misses overlap the work. */
+#define AHEAD 2
+
 void ddpc_idx_gather_rows(ddpc_idx_t ds, const size_t *idx, size_t n, float *x, uint8_t *y)
 {
     size_t dim = ds->rows * ds->cols;
+    for (size_t i = 0; x && i < AHEAD && i < n; i++)
+        for (size_t k = 0; k < dim; k += 64)
+            __builtin_prefetch(ds->pixels + idx[i] * dim + k);
     for (size_t i = 0; i < n; i++) {
         if (x) {
+            if (i + AHEAD < n)
+                for (size_t k = 0; k < dim; k += 64)
+                    __builtin_prefetch(ds->pixels + idx[i + AHEAD] * dim + k);
             const uint8_t *src = ds->pixels + idx[i] * dim;
             float *dst = x + i * dim;
             for (size_t k = 0; k < dim; k++)
