@@ -248,6 +248,17 @@ has gemm && gemm_run 1
 # ---------------------------------------------------------------- train
 if has train; then
     [ -x "$TRAINER" ] || { say "$TRAINER not built"; exit 1; }
+    # the anchors come from Debian: as root, install what is missing (after
+    # the README's setup, which does not need them)
+    if [ "$(id -u)" = 0 ] && [ "$PYTHON" = /usr/bin/python3 ] &&
+        ! "$PYTHON" -c 'import torch, matplotlib' 2>/dev/null; then
+        say "installing python3-torch and python3-matplotlib (apt-get)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            python3-torch python3-matplotlib >"$BENCH_OUT/apt.log" 2>&1 ||
+            { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install \
+                -y -q --no-install-recommends python3-torch python3-matplotlib >>"$BENCH_OUT/apt.log" 2>&1; } ||
+            say "apt-get install failed (see $BENCH_OUT/apt.log)"
+    fi
     if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
         say "$PYTHON has no torch (apt install python3-torch): only the trainer runs"
         IMPLS=trainer
