@@ -69,24 +69,8 @@ SUMMARY_ONLY=${SUMMARY_ONLY:-0}
 [ "$SUMMARY_ONLY" = 1 ] || : > "$LOG"
 say() { echo "ddp_bench.sh: $*" >&2; }
 
-# CPU idle % over one second (all CPUs; iowait counts as idle)
-idle_pct() {
-    local a b
-    a=$(awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
-    sleep 1
-    b=$(awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
-    echo "$a $b" | awk '{d = $4 - $2; print (d > 0 ? int(100 * ($3 - $1) / d) : 0)}'
-}
-
-# wait_quiet: wait (up to QUIET_WAIT s) for an idle machine; sets $idle
-wait_quiet() {
-    local t0=$SECONDS
-    idle=$(idle_pct)
-    while [ "$idle" -lt "$QUIET_IDLE" ] && [ $((SECONDS - t0)) -lt "$QUIET_WAIT" ]; do
-        sleep 2
-        idle=$(idle_pct)
-    done
-}
+# shellcheck source=bench/quiet.sh
+. "$here/quiet.sh" # idle_pct, wait_quiet
 
 # run TAG CMD...: one measurement; its R lines go to the log tagged with TAG
 # and the idle % before it. A run that printed "# done" and then timed out

@@ -147,22 +147,8 @@ INDEX=$BENCH_OUT/runs.tsv
 : > "$INDEX"
 
 # ---------------------------------------------------------------- quiet machine
-# CPU idle % over one second (all CPUs; iowait counts as idle), as ddp_bench.sh
-idle_pct() {
-    local a b
-    a=$(awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
-    sleep 1
-    b=$(awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
-    echo "$a $b" | awk '{d = $4 - $2; print (d > 0 ? int(100 * ($3 - $1) / d) : 0)}'
-}
-wait_quiet() {
-    local t0=$SECONDS
-    idle=$(idle_pct)
-    while [ "$idle" -lt "$QUIET_IDLE" ] && [ $((SECONDS - t0)) -lt "$QUIET_WAIT" ]; do
-        sleep 2
-        idle=$(idle_pct)
-    done
-}
+# shellcheck source=bench/quiet.sh
+. "$here/quiet.sh" # idle_pct, wait_quiet
 
 # run PART TAG CONFIG IMPL RANKS REPEAT SEED FILE CMD...: one measurement; its
 # output in runs/TAG.log, a line in runs.tsv (FILE: what plot.py reads)
