@@ -33,8 +33,9 @@ trainer_SOURCES = examples/trainer.c
 trainer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/examples $(ZLIB_CFLAGS) $(trainer_cuda_cppflags)
 trainer_LDADD = examples/libtrainer.la libddpc.la $(ZLIB_LIBS) -lm
 
-TESTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh
-dist_check_SCRIPTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh
+TESTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh tests/slurm-faults.sh
+dist_check_SCRIPTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh \
+	tests/slurm-faults.sh
 
 # libFuzzer targets (configure --enable-fuzzing, clang): the idx reader, the
 # trainer's command line and the checkpoint loader (files built from a recipe);
