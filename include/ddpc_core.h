@@ -127,7 +127,9 @@ DDPC_API ddpc_status_t ddpc_finalize(ddpc_t rt);
  * printing msg first and pausing 0.2 s so that the launcher forwards it
  * before the job is torn down. For programs, after a failure they cannot
  * recover from (a timed-out collective); a failure every rank saw alike is
- * better ended with ddpc_finalize and an exit status. Does not return. */
+ * better ended with ddpc_finalize and an exit status. If MPI's abort has not
+ * ended the process 5 s later (a rank cut off from its launcher's daemon
+ * waits in it), the process exits with code itself. Does not return. */
 DDPC_API void ddpc_abort(ddpc_t rt, int code, const char *msg);
 
 DDPC_API const ddpc_world_t *ddpc_world(ddpc_t rt);

@@ -36,6 +36,13 @@ ref=$(sed -n 's/^final step=20 state=//p' "$TMP/ref")
 [ -n "$ref" ] || { cat "$TMP/ref"; fail "no final state in the reference run"; }
 
 now() { date +%s.%N; }
+# hung RC T0 T1: the run was ended by mpirun_t's timeout (124, or 137 after
+# its KILL). Open MPI's mpiexec itself exits 137 when a rank dies of SIGKILL,
+# so 137 alone does not say it: the run must also have lasted the timeout.
+hung() {
+    [ "$1" -eq 124 ] && return 0
+    [ "$1" -eq 137 ] && awk -v a="$2" -v b="$3" -v t="$TEST_TIMEOUT" 'BEGIN { exit !(b - a >= t) }'
+}
 # no_ranks_left: within 10 s of the job's end no process trains in $d
 no_ranks_left() {
     i=0
@@ -65,6 +72,7 @@ die() {
         wrap="sh $TMP/outlive.sh" flags="$MPIEXEC_FLAGS -disable-auto-cleanup"
     fi
     for try in 1 2 3; do
+        t0=$(now)
         (
             export DIE_SO="$TMP/die.so" DDPC_TEST_DIE_AT_READ=$at DDPC_TIMEOUT=$T DDPC_CKPT_CHUNK_MB=0.001
             # shellcheck disable=SC2034 # both read by mpirun_t (lib.sh)
@@ -80,7 +88,7 @@ die() {
         echo "note: $name: hydra's proxy failed on rank 0's closed PMI socket; again"
     done
     [ $rc -ne 0 ] || { cat "$out"; fail "$name: the job exited 0"; }
-    [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$out"; fail "$name: the job hung until the test's timeout"; }
+    hung "$rc" "$t0" "$t1" && { cat "$out"; fail "$name: the job hung until the test's timeout"; }
     died=$(sed -n 's/^die_in_read: rank 0 (pid \([0-9]*\)) SIGKILLs itself at H5Dread #.* at \([0-9.]*\)$/\1 \2/p' "$out")
     [ -n "$died" ] || { cat "$out"; fail "$name: rank 0 never reached its read #$at"; }
     pid0=${died% *} dt=$(echo "$t1 ${died#* }" | awk '{ printf "%.2f", $1 - $2 }')
@@ -130,6 +138,7 @@ mpirun_t 2 "$TRAINER" $TOPTS >"$TMP/tfirst" 2>&1 || { cat "$TMP/tfirst"; fail "t
 sums "$d" >"$TMP/before"
 printf '%s\n' 'LD_PRELOAD="$DIE_SO" "$@"; r=$?; echo "rank ${PMI_RANK:-?}: exit $r" >&2; exit $r' >"$TMP/outlive.sh"
 for try in 1 2 3; do
+    t0=$(now)
     (
         export DIE_SO="$TMP/die.so" DDPC_TEST_DIE_AT_READ=1 DDPC_TIMEOUT=$T DDPC_CKPT_CHUNK_MB=0.001
         # shellcheck disable=SC2034 # both read by mpirun_t (lib.sh)
@@ -143,7 +152,7 @@ done
 died=$(sed -n 's/^die_in_read: rank 0 (pid [0-9]*) SIGKILLs itself at H5Dread #.* at \([0-9.]*\)$/\1/p' "$out")
 [ -n "$died" ] || { cat "$out"; fail "trainer: rank 0 never reached its first read"; }
 dt=$(echo "$t1 $died" | awk '{ printf "%.2f", $1 - $2 }')
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$out"; fail "trainer: exit $rc (0: trained on; 124/137: hung)"; }
+[ $rc -ne 0 ] && ! hung "$rc" "$t0" "$t1" || { cat "$out"; fail "trainer: exit $rc (0: trained on; or hung until the timeout)"; }
 awk -v t="$dt" -v T=$T 'BEGIN { exit !(t < T + 5) }' || { cat "$out"; fail "trainer: ${dt}s to the end (goal: T + 5 s)"; }
 grep -Eq 'ddpc\[rank 1/2 [^]]*\] trainer: resume: .*did not complete within [0-9]+s.*rank 0, which keeps the ranks. progress, is gone' "$out" ||
     { cat "$out"; fail "trainer: rank 1 did not say that the load timed out with rank 0 gone"; }

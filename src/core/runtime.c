@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,6 +325,17 @@ ddpc_status_t ddpc_finalize(ddpc_t rt)
     return DDPC_OK;
 }
 
+#define ABORT_GRACE_S 5
+
+static void *abort_grace(void *arg)
+{
+    struct timespec t = {ABORT_GRACE_S, 0};
+    while (nanosleep(&t, &t) != 0) {
+    }
+    _Exit(*(const int *)arg);
+    return NULL;
+}
+
 void ddpc_abort(ddpc_t rt, int code, const char *msg)
 {
     ddpc_flight_dump(rt, msg, NULL, 0); /* DDPC_FLIGHT_RECORDER: what this rank did last */
@@ -339,6 +351,14 @@ void ddpc_abort(ddpc_t rt, int code, const char *msg)
      * why can be lost (seen with MPICH's hydra: no output, exit 1) */
     struct timespec pause = {0, 200 * 1000 * 1000};
     nanosleep(&pause, NULL);
+    /* MPI_Abort can block: a rank cut off from its node's launcher daemon
+     * (link down) waits in it as long as the link is down. The process
+     * ends ABORT_GRACE_S later whatever MPI does. */
+    static int grace_code;
+    grace_code = code ? code : 1;
+    pthread_t grace;
+    if (pthread_create(&grace, NULL, abort_grace, &grace_code) == 0)
+        pthread_detach(grace);
     int inited = 0, fin = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&fin);
