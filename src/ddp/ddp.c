@@ -95,8 +95,8 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
  * ranks of one node a host all-reduce is copies and sums on the cores
  * themselves; when the ranks fill the node (at most one CPU each), the
  * progress thread can only take that time from backward's core, and
- * measured it is a loss (doc/ddp.md). Not collective: the order of the
- * launches is the same either way, only their time differs. */
+ * measured it is a loss (doc/ddp.md). Each rank decides from what it sees;
+ * ddpc_ddp_build makes it the same on every rank (agree_overlap). */
 static void resolve_overlap(ddpc_ddp_t d, const ddpc_world_t *w)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -549,7 +549,7 @@ static ddpc_status_t params_crc(ddpc_ddp_t d, uint32_t *crc)
 {
     const size_t bytes = d->numel * sizeof(float);
     *crc = 0;
-    if (d->device < 0) {
+    if (d->device == DDPC_DEVICE_HOST) {
         *crc = ck_crc32(0, d->param_arena, bytes);
         return DDPC_OK;
     }
