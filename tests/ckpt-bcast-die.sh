@@ -119,9 +119,10 @@ for c in "outlived-2 2 1" "outlived-4 4 3"; do
     # shellcheck disable=SC2086
     die $c
     awk -v t="$dt" -v T=$T 'BEGIN { exit !(t < T + 5) }' || { cat "$out"; fail "$name: ${dt}s to the end (goal: T + 5 = $((T + 5)) s)"; }
-    # in the broadcast of a window, or still in the head's (MPICH's broadcast
-    # of a large message needs the root after the root has returned)
-    pat="ckpt: (broadcasting the checkpoint|load): comm: broadcast #[0-9]+ \\([0-9]+ x uint8, root 0\\) did not complete within ${T}s: .*rank 0, which keeps the ranks' progress, is gone: its side channel closed [0-9.]+s ago"
+    # in the broadcast of a window (its status or its floats), or still in
+    # the head's (MPICH's broadcast of a large message needs the root after
+    # the root has returned)
+    pat="ckpt: (broadcasting the checkpoint|load): comm: broadcast #[0-9]+ \\([0-9]+ x [a-z0-9]+, root 0\\) did not complete within ${T}s: .*rank 0, which keeps the ranks' progress, is gone: its side channel closed [0-9.]+s ago"
     grep -Eq "^mpi_ckpt_train: ddpc_ckpt_load: ddpc\\[rank [1-3]/$np [^]]*\\] $pat" "$out" ||
         { cat "$out"; fail "$name: no survivor's message naming the broadcast and rank 0 gone"; }
     echo "   $(grep -E -m1 -o "ddpc\[rank [1-3]/$np.*did not complete within ${T}s" "$out"): ... $(grep -E -m1 -o "rank 0, which keeps.*" "$out")"
