@@ -1,6 +1,6 @@
 # examples: the reference trainer (./trainer in the build tree, installed) and
 # its parts. The parts the unit tests need are a convenience library.
-noinst_LTLIBRARIES = examples/libtrainer.la
+noinst_LTLIBRARIES += examples/libtrainer.la
 examples_libtrainer_la_SOURCES = \
 	examples/model.h examples/model.c examples/model_cpu.c \
 	examples/options.h examples/options.c \

@@ -25,7 +25,11 @@ check_PROGRAMS += tests/gpu_optim
 tests_gpu_optim_SOURCES = tests/gpu_optim.c
 tests_gpu_optim_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/src/ddp $(CUDA_CFLAGS)
 tests_gpu_optim_LDFLAGS = $(DDPC_TEST_LD)
+if HAVE_NVCC
 tests_gpu_optim_LDADD = src/ddp/cuda_kernels.lo libddpc.la $(CUDA_LIBS) -lm
+else
+tests_gpu_optim_LDADD = libddpc.la $(CUDA_LIBS) -lm
+endif
 TESTS += tests/gpu_optim
 check_PROGRAMS += tests/gpu_comm tests/gpu_ddp
 tests_gpu_comm_SOURCES = tests/gpu_comm.c tests/gputest.h

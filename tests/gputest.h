@@ -174,12 +174,18 @@ static inline int open_comm(ddpc_backend_t be, ddpc_comm_t *c)
     return 1;
 }
 
-/* run(DDPC_BACKEND_MPI), then, with one rank, run(DDPC_BACKEND_NCCL) (NCCL
- * refuses two ranks on one GPU; GPU_TEST_ON_HOST has no nccl). */
+static int32_t ndev_least;           /* CUDA devices of the rank that sees fewest */
+
+/* run(DDPC_BACKEND_MPI), then run(DDPC_BACKEND_NCCL) where every rank has a
+ * GPU of its own (NCCL refuses two ranks on one GPU: with one GPU, one
+ * rank; the emulation's DDPC_EMU_DEVICES gives more); GPU_TEST_ON_HOST has
+ * no nccl. */
 static inline void each_backend(void (*run)(ddpc_backend_t))
 {
     run(DDPC_BACKEND_MPI);
-    if (size != 1)
+    int32_t mine = ndev_least >= ddpc_world(rt)->local_size, all = mine;
+    OK(ddpc_allreduce(world, &mine, &all, 1, DDPC_I32, DDPC_MIN));
+    if (!all)
         return;
     if (on_host) {
         if (rank == 0)
@@ -229,6 +235,7 @@ static inline int gpu_test_main(const char *name, int argc, char **argv, void (*
 
     int32_t ndev = on_host ? 1 : ddpc_device_count(), least = ndev;
     OK(ddpc_allreduce(world, &ndev, &least, 1, DDPC_I32, DDPC_MIN));
+    ndev_least = least;
     if (least <= 0) {
         if (rank == 0)
             printf("%s: skipped: no usable CUDA device\n", prog);

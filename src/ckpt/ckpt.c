@@ -334,11 +334,12 @@ ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *npar
     if (!it)
         return ck_err(ck, DDPC_ERR_NOMEM, "cannot allocate %d checkpoint entries", n);
     int k = 0;
+    size_t numel = 0; /* of every arena: the parameters' layout */
+    ddpc_ddp_params(ck->ddp, &numel);
     for (int s = -1; s < ns; s++) { /* s = -1: the parameters */
         const char *sname = "";
-        size_t numel = 0;
-        float *arena = s < 0 ? ddpc_ddp_params(ck->ddp, &numel) : ddpc_optim_state(ck->opt, s, &sname);
-        if (ck->device != DDPC_DEVICE_HOST) /* the host copy of the device arena */
+        float *arena = s < 0 ? ddpc_ddp_params(ck->ddp, NULL) : ddpc_optim_state(ck->opt, s, &sname);
+        if (ck->device != DDPC_DEVICE_HOST) /* its host copy, arena s + 1 of the shadow */
             arena = ck->shadow + (size_t)(s + 1) * numel;
         for (int i = 0; i < np; i++, k++) {
             ddpc_param_info_t p;

@@ -2,7 +2,10 @@
 include_HEADERS += include/ddpc_ddp.h
 libddpc_la_SOURCES += src/ddp/ddp_internal.h src/ddp/ddp.c src/ddp/reducer.c src/ddp/optim.c
 if HAVE_CUDA
-libddpc_la_SOURCES += src/ddp/cuda_kernels.h src/ddp/cuda_kernels.cu
+libddpc_la_SOURCES += src/ddp/cuda_kernels.h
+if HAVE_NVCC
+libddpc_la_SOURCES += src/ddp/cuda_kernels.cu
+endif
 endif
 EXTRA_DIST += src/ddp/cuda_kernels.h src/ddp/cuda_kernels.cu
 if HAVE_CHECK

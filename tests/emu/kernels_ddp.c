@@ -1,0 +1,297 @@
+/* kernels_ddp.c: host twins of the engine's device code
+ * (src/ddp/cuda_kernels.h) for the emulation (emu.h): the same launchers,
+ * argument checks and stream semantics, each computing on its stream what
+ * the kernels compute, with the same roundings (float and double operations
+ * one at a time, no contraction: build without -ffp-contract=fast and
+ * without FMA), the same sum order of the squared norm (per-thread strided
+ * sums of 256 threads x grid_for(n) blocks, fixed trees), and the kernels'
+ * arguments taken at launch (a graph replays them). The GPU is the only
+ * evidence for the kernels themselves; these prove what calls them. */
+#include "cuda_kernels.h"
+#include "emu.h"
+
+#include <math.h>
+#include <string.h>
+
+#define THREADS 256u
+#define MAX_GRID 4096u
+#define FACTOR_DOUBLES 8u
+#define SUM_BLOCKS (DDPC_CUDA_OPTIM_PARTIALS - FACTOR_DOUBLES)
+
+/* the kernels' grid: ceil(n / THREADS), at most cap */
+static unsigned grid_for(size_t n, unsigned cap)
+{
+    size_t b = n / THREADS + (n % THREADS != 0);
+    return b < cap ? (unsigned)b : cap;
+}
+
+/* sum of v[0, THREADS) in the kernels' tree order */
+static double tree_sum(double *v)
+{
+    for (unsigned w = THREADS / 2; w > 0; w >>= 1)
+        for (unsigned t = 0; t < w; t++)
+            v[t] = v[t] + v[t + w];
+    return v[0];
+}
+
+typedef struct {
+    ddpc_optim_config_t cfg; /* by value, as the launcher takes it */
+    size_t n;
+    float *p, *g, *s0, *s1;
+    ddpc_cuda_optim_scalars_t *sc;
+    double *partials;
+} step_t;
+
+static void run_step(void *arg)
+{
+    const step_t *a = arg;
+    const ddpc_optim_config_t *c = &a->cfg;
+    const ddpc_optim_config_t hy = *c; /* the launch's values */
+    const size_t n = a->n;
+    /* kernel 1: per-block partial sums of squares */
+    const unsigned nb = n ? grid_for(n, SUM_BLOCKS) : 0;
+    double th[THREADS];
+    for (unsigned b = 0; b < nb; b++) {
+        for (unsigned t = 0; t < THREADS; t++) {
+            double s = 0;
+            for (size_t i = (size_t)b * THREADS + t; i < n; i += (size_t)nb * THREADS) {
+                double x = (double)a->g[i];
+                s = s + x * x;
+            }
+            th[t] = s;
+        }
+        a->partials[b] = tree_sum(th);
+    }
+    /* kernel 2: the decisions */
+    for (unsigned t = 0; t < THREADS; t++) {
+        double s = 0;
+        for (unsigned b = t; b < nb; b += THREADS)
+            s = s + a->partials[b];
+        th[t] = s;
+    }
+    double ss = tree_sum(th);
+    ddpc_cuda_optim_scalars_t st = *a->sc;
+    const unsigned long long steps0 = st.steps;
+    float inv = 1.0f, coef = 1.0f;
+    int unscale = 0, clip = 0;
+    if (c->dynamic_loss_scale) {
+        if (!isfinite(ss)) {
+            st.scale = st.scale * 0.5;
+            st.good_steps = 0;
+            st.last_norm = INFINITY;
+            st.stepped = 0;
+            *a->sc = st;
+            return;
+        }
+        inv = (float)(1.0 / st.scale);
+        unscale = 1;
+        ss = ss / (st.scale * st.scale);
+        if (++st.good_steps >= c->scale_growth_interval) {
+            st.scale = st.scale * 2.0;
+            st.good_steps = 0;
+        }
+    }
+    st.last_norm = sqrt(ss);
+    if (hy.clip_norm > 0 && st.last_norm > hy.clip_norm) {
+        coef = (float)(hy.clip_norm / (st.last_norm + 1e-6));
+        clip = 1;
+    }
+    float step_size = 0, inv_sqrt_bc2 = 0, decay = 1;
+    const int adamw = c->type == DDPC_OPTIM_ADAMW;
+    if (adamw) {
+        const double t = (double)(st.steps + 1);
+        step_size = (float)(hy.lr / (1.0 - pow(hy.beta1, t)));
+        inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(hy.beta2, t)));
+        decay = (float)(1.0 - hy.lr * hy.weight_decay);
+    }
+    st.steps++;
+    st.stepped = 1;
+    *a->sc = st;
+    /* kernel 3: the update */
+    const float lr = (float)hy.lr, wd = (float)hy.weight_decay, mu = (float)hy.momentum;
+    const float damp = 1.0f - (float)hy.dampening;
+    const float b1 = (float)hy.beta1, omb1 = 1.0f - b1, b2 = (float)hy.beta2, omb2 = 1.0f - b2;
+    const float eps = (float)hy.eps;
+    for (size_t i = 0; i < n; i++) {
+        float gi = a->g[i];
+        if (unscale)
+            gi = gi * inv;
+        if (clip)
+            gi = gi * coef;
+        if (unscale || clip)
+            a->g[i] = gi;
+        if (adamw) {
+            const float pi = a->p[i] * decay;
+            const float mi = b1 * a->s0[i] + omb1 * gi;
+            const float vi = b2 * a->s1[i] + (omb2 * gi) * gi;
+            a->s0[i] = mi;
+            a->s1[i] = vi;
+            const float den = sqrtf(vi) * inv_sqrt_bc2 + eps;
+            a->p[i] = pi - (step_size * mi) / den;
+        } else {
+            const float pi = a->p[i];
+            gi = gi + wd * pi;
+            if (mu > 0.0f) {
+                const float b = steps0 == 0 ? gi : mu * a->s0[i] + damp * gi;
+                a->s0[i] = b;
+                gi = c->nesterov ? gi + mu * b : b;
+            }
+            a->p[i] = pi - lr * gi;
+        }
+    }
+}
+
+EMU_API cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t n, float *p,
+                                         float *g, float *s0, float *s1,
+                                         ddpc_cuda_optim_scalars_t *sc, double *partials,
+                                         cudaStream_t stream)
+{
+    if (!cfg || !sc || !partials ||
+        (cfg->type != DDPC_OPTIM_SGD && cfg->type != DDPC_OPTIM_ADAMW))
+        return cudaErrorInvalidValue;
+    const int adamw = cfg->type == DDPC_OPTIM_ADAMW;
+    const int mom = (float)cfg->momentum > 0.0f;
+    if (n > 0 && (!p || !g || (adamw ? (!s0 || !s1) : (mom && !s0))))
+        return cudaErrorInvalidValue;
+    const char *call = "ddpc_cuda_optim_step";
+    size_t b = n * sizeof(float);
+    if (emu_check(sc, sizeof *sc, EMU_DEVICE, call, "scalars") ||
+        emu_check(partials, DDPC_CUDA_OPTIM_PARTIALS * sizeof(double), EMU_DEVICE, call,
+                  "partials") ||
+        emu_check(p, b, EMU_DEVICE, call, "params") || emu_check(g, b, EMU_DEVICE, call, "grads") ||
+        ((adamw || mom) && emu_check(s0, b, EMU_DEVICE, call, "state 0")) ||
+        (adamw && emu_check(s1, b, EMU_DEVICE, call, "state 1")))
+        return emu_last_error();
+    step_t a = {*cfg, n, p, g, s0, s1, sc, partials};
+    emu_launch(stream, call, run_step, &a, sizeof a);
+    return emu_last_error();
+}
+
+/* ------------------------------------------------------------------ wire compression */
+
+static float bits_f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t f_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* x * s as the CPU multiplies, a NaN operand quieted with its payload */
+static float mul_like_cpu(float x, float s)
+{
+    uint32_t u = f_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return bits_f(u | 0x400000u);
+    return x * s;
+}
+
+static uint16_t to_bf16(float x)
+{
+    uint32_t u = f_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static uint16_t to_f16(float x)
+{
+    uint32_t u = f_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)(((u >> 16) & 0x8000u) | 0x7e00u);
+    _Float16 h = (_Float16)x; /* round to nearest even, subnormals kept */
+    uint16_t r;
+    memcpy(&r, &h, 2);
+    return r;
+}
+
+static float from_f16(uint16_t h)
+{
+    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
+        return bits_f(((uint32_t)(h & 0x8000u) << 16) | 0x7f800000u | ((uint32_t)(h & 0x3ffu) << 13));
+    _Float16 x;
+    memcpy(&x, &h, 2);
+    return (float)x;
+}
+
+typedef struct {
+    const float *g;
+    uint16_t *w;
+    float *x;
+    size_t n;
+    float scale;
+    int f16;
+} half_t;
+
+static void run_pack(void *arg)
+{
+    const half_t *a = arg;
+    for (size_t i = 0; i < a->n; i++) {
+        float x = mul_like_cpu(a->g[i], a->scale);
+        a->w[i] = a->f16 ? to_f16(x) : to_bf16(x);
+    }
+}
+
+static void run_unpack(void *arg)
+{
+    const half_t *a = arg;
+    for (size_t i = 0; i < a->n; i++)
+        a->x[i] = a->f16 ? from_f16(a->w[i]) : bits_f((uint32_t)a->w[i] << 16);
+}
+
+static void run_scale(void *arg)
+{
+    const half_t *a = arg;
+    for (size_t i = 0; i < a->n; i++)
+        a->x[i] = mul_like_cpu(a->x[i], a->scale);
+}
+
+EMU_API cudaError_t ddpc_cuda_pack_half(const float *g, uint16_t *w, size_t n, float scale, int f16,
+                                        cudaStream_t stream)
+{
+    if (n == 0)
+        return emu_last_error();
+    if (!g || !w)
+        return cudaErrorInvalidValue;
+    if (emu_check(g, n * 4, EMU_DEVICE, "ddpc_cuda_pack_half", "g") ||
+        emu_check(w, n * 2, EMU_DEVICE, "ddpc_cuda_pack_half", "w"))
+        return emu_last_error();
+    half_t a = {g, w, NULL, n, scale, f16};
+    emu_launch(stream, "ddpc_cuda_pack_half", run_pack, &a, sizeof a);
+    return emu_last_error();
+}
+
+EMU_API cudaError_t ddpc_cuda_unpack_half(const uint16_t *w, float *g, size_t n, int f16,
+                                          cudaStream_t stream)
+{
+    if (n == 0)
+        return emu_last_error();
+    if (!g || !w)
+        return cudaErrorInvalidValue;
+    if (emu_check(w, n * 2, EMU_DEVICE, "ddpc_cuda_unpack_half", "w") ||
+        emu_check(g, n * 4, EMU_DEVICE, "ddpc_cuda_unpack_half", "g"))
+        return emu_last_error();
+    half_t a = {NULL, (uint16_t *)w, g, n, 1.0f, f16};
+    emu_launch(stream, "ddpc_cuda_unpack_half", run_unpack, &a, sizeof a);
+    return emu_last_error();
+}
+
+EMU_API cudaError_t ddpc_cuda_scale(float *x, size_t n, float scale, cudaStream_t stream)
+{
+    if (n == 0)
+        return emu_last_error();
+    if (!x)
+        return cudaErrorInvalidValue;
+    if (emu_check(x, n * 4, EMU_DEVICE, "ddpc_cuda_scale", "x"))
+        return emu_last_error();
+    half_t a = {NULL, NULL, x, n, scale, 0};
+    emu_launch(stream, "ddpc_cuda_scale", run_scale, &a, sizeof a);
+    return emu_last_error();
+}
