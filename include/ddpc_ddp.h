@@ -128,9 +128,14 @@ DDPC_API ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t ddp);
  * cudaStreamBeginCapture on the engine's stream and replayed; after each
  * launch call ddpc_comm_watch on the engine's communicator. Inside a
  * capture wait skips the missing-gradient check (the eager steps before the
- * capture made it), and the optimizer's hyper-parameters (lr) are the
- * graph's: a change needs a new capture. mpi-staged runs host code on its
- * progress thread and cannot be captured. */
+ * capture made it) and DDPC_CHECK_PARAMS skips the replica check (it reads
+ * the parameters on the host; ddpc_ddp_check_params refuses a capturing
+ * engine); the optimizer's values (lr, and the rest of its config) are read
+ * from device memory when a replay runs, so ddpc_optim_set_lr between
+ * replays applies to the next one; its structure (type, Nesterov, loss
+ * scaling) is the capture's. Capture in any mode: ddpc's own threads (the
+ * NCCL watchdog, the staged progress thread) interact only thread-locally.
+ * mpi-staged runs host code on its progress thread and cannot be captured. */
 
 /* Message of the last failure on this engine (prefixed with rank). */
 /* Collective: compare the replicas. Every rank hashes its parameter arena
@@ -188,6 +193,9 @@ DDPC_API void ddpc_optim_destroy(ddpc_optim_t opt);
 DDPC_API ddpc_status_t ddpc_optim_step(ddpc_optim_t opt, int *stepped);
 
 DDPC_API const ddpc_optim_config_t *ddpc_optim_config(ddpc_optim_t opt);
+/* The learning rate of the steps issued after this call (on a device engine a
+ * copy ordered on the engine's stream, which captured steps read when
+ * replayed; not during a capture: the next step then fails saying so). */
 DDPC_API void ddpc_optim_set_lr(ddpc_optim_t opt, double lr);
 DDPC_API int ddpc_optim_num_states(ddpc_optim_t opt);
 /* State tensor k: its name and (numel,) float32 arena. */

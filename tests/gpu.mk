@@ -6,6 +6,9 @@
 #                nccl with 1), stream order, timeout; GPU_COMM_BENCH=1: busbw
 #  gpu_ddp.mpi   the device DDP engine: N ranks x B = 1 x N*B, identical
 #                parameters on all ranks, compression, checkpoint round trip
+#  gpu_graph.mpi a DDP step captured in a CUDA graph (nccl): set_lr between
+#                replays, DDPC_CHECK_PARAMS, a global-mode capture beside the
+#                watchdog
 #  gpu_model     the trainer's CUDA model against its cpu twin (fp32 fused and
 #                unfused, bf16, fp16): losses, hits, gradients, grad_ready order
 #  gpu-boot.sh   the nccl bootstrap under mpiexec: no GPU -> one message per rank
@@ -40,9 +43,14 @@ tests_gpu_ddp_SOURCES = tests/gpu_ddp.c tests/gputest.h tests/linear_model.h
 tests_gpu_ddp_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS) $(HDF5_CFLAGS)
 tests_gpu_ddp_LDFLAGS = $(DDPC_TEST_LD)
 tests_gpu_ddp_LDADD = libddpc.la $(CUDA_LIBS) -lm
-TESTS += tests/gpu_comm.mpi tests/gpu_ddp.mpi
+check_PROGRAMS += tests/gpu_graph
+tests_gpu_graph_SOURCES = tests/gpu_graph.c tests/gputest.h
+tests_gpu_graph_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
+tests_gpu_graph_LDFLAGS = $(DDPC_TEST_LD)
+tests_gpu_graph_LDADD = libddpc.la $(CUDA_LIBS) -lm
+TESTS += tests/gpu_comm.mpi tests/gpu_ddp.mpi tests/gpu_graph.mpi
 endif
-dist_check_DATA += tests/gpu_comm.mpi tests/gpu_ddp.mpi
+dist_check_DATA += tests/gpu_comm.mpi tests/gpu_ddp.mpi tests/gpu_graph.mpi
 if HAVE_CUBLASLT
 check_PROGRAMS += tests/gpu_model
 tests_gpu_model_SOURCES = tests/gpu_model.c

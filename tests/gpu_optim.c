@@ -157,6 +157,7 @@ static int run_config(ddpc_ddp_t d, const float *p0, const char *label,
     float *dp = NULL, *dg = NULL, *ds[2] = {NULL, NULL}, *back = NULL;
     ddpc_cuda_optim_scalars_t *dsc = NULL, sc;
     double *dpart = NULL;
+    ddpc_cuda_optim_hyper_t *dhy = NULL;
     double err_norm = 0, err_scale = 0, err_arena = 0;
     int reported = 0;
     const size_t bytes = n * sizeof(float);
@@ -182,6 +183,10 @@ static int run_config(ddpc_ddp_t d, const float *p0, const char *label,
                            stream));
     }
     CU(cudaMalloc((void **)&dsc, sizeof sc));
+    ddpc_cuda_optim_hyper_t hy = {cfg->lr, cfg->weight_decay, cfg->momentum, cfg->dampening,
+                                  cfg->beta1, cfg->beta2, cfg->eps, cfg->clip_norm};
+    CU(cudaMalloc((void **)&dhy, sizeof hy));
+    CU(cudaMemcpyAsync(dhy, &hy, sizeof hy, cudaMemcpyHostToDevice, stream));
     CU(cudaMalloc((void **)&dpart, DDPC_CUDA_OPTIM_PARTIALS * sizeof(double)));
     CU(cudaMemsetAsync(dpart, 0, DDPC_CUDA_OPTIM_PARTIALS * sizeof(double), stream));
     CU(cudaMemcpyAsync(dp, hp, bytes, cudaMemcpyHostToDevice, stream));
@@ -202,7 +207,7 @@ static int run_config(ddpc_ddp_t d, const float *p0, const char *label,
 
         int stepped = -1;
         T_OK(d, ddpc_optim_step(o, &stepped));
-        CU(ddpc_cuda_optim_step(cfg, n, dp, dg, ds[0], ds[1], dsc, dpart, stream));
+        CU(ddpc_cuda_optim_step(cfg, n, dp, dg, ds[0], ds[1], dsc, dpart, dhy, stream));
         CU(cudaMemcpyAsync(&sc, dsc, sizeof sc, cudaMemcpyDeviceToHost, stream));
         CU(cudaStreamSynchronize(stream));
 
@@ -253,6 +258,7 @@ fail:
     cudaFree(ds[1]);
     cudaFree(dsc);
     cudaFree(dpart);
+    cudaFree(dhy);
     if (stream)
         cudaStreamDestroy(stream);
     free(back);

@@ -343,6 +343,13 @@ static void *progress_main(void *arg)
 {
     struct ddpc_comm *c = arg;
     mpi_impl_t *m = c->impl;
+#ifdef DDPC_HAVE_CUDA
+    if (m->staged) { /* its copies and syncs must not break a caller's global-mode capture */
+        cudaSetDevice(c->device);
+        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
+        cudaThreadExchangeStreamCaptureMode(&mode);
+    }
+#endif
     pthread_mutex_lock(&c->mu);
     for (;;) {
         while (!m->head && !m->stop)

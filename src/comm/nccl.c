@@ -309,6 +309,11 @@ static void *watchdog_main(void *arg)
     struct ddpc_comm *c = arg;
     nccl_impl_t *n = c->impl;
     cudaSetDevice(c->device); /* event queries on this thread */
+    /* they are legal beside a caller's capture in any mode only if this
+       thread does not interact with global-mode captures (PyTorch's default
+       mode: another thread's query would invalidate the caller's capture) */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
+    cudaThreadExchangeStreamCaptureMode(&mode);
     pthread_mutex_lock(&c->mu);
     double last = ddpc_now();
     while (!n->stop) {

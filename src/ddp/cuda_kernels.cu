@@ -33,12 +33,14 @@ struct step_factors {
     float step_size;          /* AdamW: lr / (1 - beta1^t) */
     float inv_sqrt_bc2;       /* AdamW: 1 / sqrt(1 - beta2^t) */
     float decay;              /* AdamW: 1 - lr * weight_decay */
+    float lr, wd, mu, damp;   /* SGD's constants, cast to float as optim.c */
+    float b1, omb1, b2, omb2, eps; /* AdamW's, float betas and eps, 1 - beta in float */
     int apply;                /* 0: the step was skipped (overflow): touch nothing */
     int unscale;              /* dynamic loss scaling: g *= inv */
     int clip;                 /* clipping applies this step: g *= coef */
 };
 
-constexpr unsigned kFactorDoubles = 8; /* 64 bytes of the workspace's tail */
+constexpr unsigned kFactorDoubles = 16; /* 128 bytes of the workspace's tail */
 static_assert(sizeof(step_factors) <= kFactorDoubles * sizeof(double),
               "step_factors must fit the workspace tail");
 static_assert(alignof(step_factors) <= alignof(double), "workspace tail alignment");
@@ -60,23 +62,17 @@ inline unsigned grid_for(size_t n, unsigned cap)
     return b < cap ? (unsigned)b : cap;
 }
 
-/* Config values the decision kernel needs, by value (no host sync). */
+/* The structure of the rules, by value; their values are in the device's
+ * ddpc_cuda_optim_hyper_t, read by the decision kernel, which hands the
+ * update kernel its float constants (cast as optim.c casts them) in the
+ * factors. (decay, a double expression a - b*c, is made with explicit
+ * roundings, so no compiler flag can fuse it.) */
 struct decide_args {
-    double lr, weight_decay, beta1, beta2, clip_norm;
     int dynamic, interval, adamw;
 };
 
-/* The SGD rule's constants, cast to float on the host exactly as optim.c. */
 struct sgd_args {
-    float lr, wd, mu, damp;
-    int nesterov;
-};
-
-/* AdamW's constants, as optim.c: float betas and eps, 1 - beta in float.
- * (decay, a double expression a - b*c, is made on the device with explicit
- * roundings, in the factors, so no host compiler flag can fuse it.) */
-struct adamw_args {
-    float b1, omb1, b2, omb2, eps;
+    int mom, nesterov;
 };
 
 /* Block-wide sum of v over kThreads threads, in a fixed tree order; the
@@ -125,7 +121,7 @@ sumsq_partials(const float *__restrict__ g, size_t n, double *__restrict__ parti
 __global__ void __launch_bounds__(kThreads)
 optim_decide(const double *__restrict__ partials, unsigned nblocks,
              ddpc_cuda_optim_scalars_t *__restrict__ sc, step_factors *__restrict__ fac,
-             decide_args a)
+             const ddpc_cuda_optim_hyper_t *__restrict__ hyper, decide_args a)
 {
     double s = 0;
     for (unsigned b = threadIdx.x; b < nblocks; b += kThreads)
@@ -135,6 +131,7 @@ optim_decide(const double *__restrict__ partials, unsigned nblocks,
         return;
 
     ddpc_cuda_optim_scalars_t st = *sc;
+    const ddpc_cuda_optim_hyper_t hy = *hyper;
     step_factors f;
     f.steps = st.steps;
     f.inv = 1.0f;
@@ -145,6 +142,15 @@ optim_decide(const double *__restrict__ partials, unsigned nblocks,
     f.apply = 0;
     f.unscale = 0;
     f.clip = 0;
+    f.lr = (float)hy.lr;
+    f.wd = (float)hy.weight_decay;
+    f.mu = (float)hy.momentum;
+    f.damp = __fsub_rn(1.0f, (float)hy.dampening);
+    f.b1 = (float)hy.beta1;
+    f.omb1 = __fsub_rn(1.0f, f.b1);
+    f.b2 = (float)hy.beta2;
+    f.omb2 = __fsub_rn(1.0f, f.b2);
+    f.eps = (float)hy.eps;
 
     if (a.dynamic) {
         if (!isfinite(ss)) { /* overflow: skip, back off (identical on all ranks) */
@@ -165,15 +171,15 @@ optim_decide(const double *__restrict__ partials, unsigned nblocks,
         }
     }
     st.last_norm = __dsqrt_rn(ss);
-    if (a.clip_norm > 0 && st.last_norm > a.clip_norm) {
-        f.coef = (float)__ddiv_rn(a.clip_norm, __dadd_rn(st.last_norm, 1e-6));
+    if (hy.clip_norm > 0 && st.last_norm > hy.clip_norm) {
+        f.coef = (float)__ddiv_rn(hy.clip_norm, __dadd_rn(st.last_norm, 1e-6));
         f.clip = 1;
     }
     if (a.adamw) {
         const double t = (double)(st.steps + 1);
-        f.step_size = (float)__ddiv_rn(a.lr, __dsub_rn(1.0, pow(a.beta1, t)));
-        f.inv_sqrt_bc2 = (float)__ddiv_rn(1.0, __dsqrt_rn(__dsub_rn(1.0, pow(a.beta2, t))));
-        f.decay = (float)__dsub_rn(1.0, __dmul_rn(a.lr, a.weight_decay));
+        f.step_size = (float)__ddiv_rn(hy.lr, __dsub_rn(1.0, pow(hy.beta1, t)));
+        f.inv_sqrt_bc2 = (float)__ddiv_rn(1.0, __dsqrt_rn(__dsub_rn(1.0, pow(hy.beta2, t))));
+        f.decay = (float)__dsub_rn(1.0, __dmul_rn(hy.lr, hy.weight_decay));
     }
     f.apply = 1;
     st.steps++;
@@ -210,13 +216,13 @@ sgd_update(size_t n, float *__restrict__ p, float *__restrict__ g, float *__rest
     const size_t stride = (size_t)gridDim.x * kThreads;
     for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += stride) {
         const float pi = p[i];
-        float gi = __fadd_rn(prepare_grad(g, i, f), __fmul_rn(a.wd, pi));
-        if (a.mu > 0.0f) {
-            const float b = first ? gi : __fadd_rn(__fmul_rn(a.mu, buf[i]), __fmul_rn(a.damp, gi));
+        float gi = __fadd_rn(prepare_grad(g, i, f), __fmul_rn(f.wd, pi));
+        if (a.mom) {
+            const float b = first ? gi : __fadd_rn(__fmul_rn(f.mu, buf[i]), __fmul_rn(f.damp, gi));
             buf[i] = b;
-            gi = a.nesterov ? __fadd_rn(gi, __fmul_rn(a.mu, b)) : b;
+            gi = a.nesterov ? __fadd_rn(gi, __fmul_rn(f.mu, b)) : b;
         }
-        p[i] = __fsub_rn(pi, __fmul_rn(a.lr, gi));
+        p[i] = __fsub_rn(pi, __fmul_rn(f.lr, gi));
     }
 }
 
@@ -224,7 +230,7 @@ sgd_update(size_t n, float *__restrict__ p, float *__restrict__ g, float *__rest
  * m = exp_avg, v = exp_avg_sq. */
 __global__ void __launch_bounds__(kThreads)
 adamw_update(size_t n, float *__restrict__ p, float *__restrict__ g, float *__restrict__ m,
-             float *__restrict__ v, const step_factors *__restrict__ fac, adamw_args a)
+             float *__restrict__ v, const step_factors *__restrict__ fac)
 {
     const step_factors f = *fac;
     if (!f.apply)
@@ -233,11 +239,11 @@ adamw_update(size_t n, float *__restrict__ p, float *__restrict__ g, float *__re
     for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += stride) {
         const float gi = prepare_grad(g, i, f);
         const float pi = __fmul_rn(p[i], f.decay);
-        const float mi = __fadd_rn(__fmul_rn(a.b1, m[i]), __fmul_rn(a.omb1, gi));
-        const float vi = __fadd_rn(__fmul_rn(a.b2, v[i]), __fmul_rn(__fmul_rn(a.omb2, gi), gi));
+        const float mi = __fadd_rn(__fmul_rn(f.b1, m[i]), __fmul_rn(f.omb1, gi));
+        const float vi = __fadd_rn(__fmul_rn(f.b2, v[i]), __fmul_rn(__fmul_rn(f.omb2, gi), gi));
         m[i] = mi;
         v[i] = vi;
-        const float den = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), f.inv_sqrt_bc2), a.eps);
+        const float den = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), f.inv_sqrt_bc2), f.eps);
         p[i] = __fsub_rn(pi, __fdiv_rn(__fmul_rn(f.step_size, mi), den));
     }
 }
@@ -317,18 +323,17 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(float *__restrict__ x, 
 extern "C" cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t n, float *p,
                                             float *g, float *s0, float *s1,
                                             ddpc_cuda_optim_scalars_t *sc, double *partials,
+                                            const ddpc_cuda_optim_hyper_t *hyper,
                                             cudaStream_t stream)
 {
-    if (!cfg || !sc || !partials || (cfg->type != DDPC_OPTIM_SGD && cfg->type != DDPC_OPTIM_ADAMW))
+    if (!cfg || !sc || !partials || !hyper ||
+        (cfg->type != DDPC_OPTIM_SGD && cfg->type != DDPC_OPTIM_ADAMW))
         return cudaErrorInvalidValue;
     const int adamw = cfg->type == DDPC_OPTIM_ADAMW;
     sgd_args sa;
-    sa.lr = (float)cfg->lr;
-    sa.wd = (float)cfg->weight_decay;
-    sa.mu = (float)cfg->momentum;
-    sa.damp = 1.0f - (float)cfg->dampening;
+    sa.mom = (float)cfg->momentum > 0.0f;
     sa.nesterov = cfg->nesterov != 0;
-    if (n > 0 && (!p || !g || (adamw ? (!s0 || !s1) : (sa.mu > 0.0f && !s0))))
+    if (n > 0 && (!p || !g || (adamw ? (!s0 || !s1) : (sa.mom && !s0))))
         return cudaErrorInvalidValue;
 
     /* n == 0 still runs the decision kernel: the CPU's step counts, grows the
@@ -338,30 +343,18 @@ extern "C" cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size
         sumsq_partials<<<nb, kThreads, 0, stream>>>(g, n, partials);
 
     decide_args da;
-    da.lr = cfg->lr;
-    da.weight_decay = cfg->weight_decay;
-    da.beta1 = cfg->beta1;
-    da.beta2 = cfg->beta2;
-    da.clip_norm = cfg->clip_norm;
     da.dynamic = cfg->dynamic_loss_scale != 0;
     da.interval = cfg->scale_growth_interval;
     da.adamw = adamw;
     step_factors *fac = factors_of(partials);
-    optim_decide<<<1, kThreads, 0, stream>>>(partials, nb, sc, fac, da);
+    optim_decide<<<1, kThreads, 0, stream>>>(partials, nb, sc, fac, hyper, da);
 
     if (n > 0) {
         const unsigned grid = grid_for(n, kMaxGrid);
-        if (adamw) {
-            adamw_args aa;
-            aa.b1 = (float)cfg->beta1;
-            aa.omb1 = 1.0f - aa.b1;
-            aa.b2 = (float)cfg->beta2;
-            aa.omb2 = 1.0f - aa.b2;
-            aa.eps = (float)cfg->eps;
-            adamw_update<<<grid, kThreads, 0, stream>>>(n, p, g, s0, s1, fac, aa);
-        } else {
+        if (adamw)
+            adamw_update<<<grid, kThreads, 0, stream>>>(n, p, g, s0, s1, fac);
+        else
             sgd_update<<<grid, kThreads, 0, stream>>>(n, p, g, s0, fac, sa);
-        }
     }
     return cudaGetLastError();
 }

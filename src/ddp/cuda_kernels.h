@@ -29,6 +29,16 @@ typedef struct {
     int stepped;             /* the last step was applied (1) or skipped (0) */
 } ddpc_cuda_optim_scalars_t;
 
+/* The optimizer's hyper-parameters, in device memory (one per optimizer),
+ * read by the kernels when they run: a CUDA graph that captured a step
+ * replays it with the values of the replay's time, so ddpc_optim_set_lr
+ * (a stream-ordered copy into this struct) reaches captured steps too. The
+ * rules' structure (type, Nesterov, whether there is momentum, loss
+ * scaling and its interval) is the launch's, passed by value. */
+typedef struct {
+    double lr, weight_decay, momentum, dampening, beta1, beta2, eps, clip_norm;
+} ddpc_cuda_optim_hyper_t;
+
 /* Doubles of device workspace ddpc_cuda_optim_step needs, one workspace per
  * optimizer: per-block partial sums of squares (at most
  * DDPC_CUDA_OPTIM_PARTIALS - 8 blocks, the count a function of n alone, so
@@ -47,8 +57,9 @@ typedef struct {
  * good steps; clipping to clip_norm; then SGD (momentum buffer s0) or AdamW
  * (exp_avg s0, exp_avg_sq s1); steps++ when applied. g is modified in place
  * (unscaled, clipped) as on the CPU. s0/s1 may be NULL when the config has
- * no such state. sc and partials are device memory; the config (lr included)
- * is read on the host and passed by value, so it may change between steps.
+ * no such state. sc, partials and hyper are device memory; the values of
+ * the update (lr, weight decay, momentum, dampening, betas, eps, clip norm)
+ * are read from hyper on the stream, the rest of cfg on the host.
  * Three kernels (sum of squares, decisions on one block, update); with
  * n == 0 only the decision kernel runs, so that steps, the loss scale and
  * the norm advance as on the CPU. Returns cudaErrorInvalidValue for a NULL
@@ -56,7 +67,8 @@ typedef struct {
  * launches. */
 cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t n, float *p, float *g,
                                  float *s0, float *s1, ddpc_cuda_optim_scalars_t *sc,
-                                 double *partials, cudaStream_t stream);
+                                 double *partials, const ddpc_cuda_optim_hyper_t *hyper,
+                                 cudaStream_t stream);
 
 /* Wire compression: w[i] = half(g[i] * scale) (round to nearest even;
  * f16 != 0: IEEE half, else bfloat16), and back: g[i] = float(w[i]). Bit

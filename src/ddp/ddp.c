@@ -578,6 +578,10 @@ ddpc_status_t ddpc_ddp_check_params(ddpc_ddp_t d)
         return DDPC_ERR_INVALID;
     if (!d->built)
         return ddp_err(d, DDPC_ERR_STATE, "check_params before ddpc_ddp_build");
+    if (ddp_capturing(d))
+        return ddp_err(d, DDPC_ERR_STATE, "check_params while the engine's stream is being "
+                       "captured into a CUDA graph: it reads the parameters on the host; call it "
+                       "between replays");
     uint32_t mine = 0;
     ddpc_status_t st = params_crc(d, &mine);
     /* a rank that cannot hash still joins the exchange, with a value that

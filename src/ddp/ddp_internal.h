@@ -66,6 +66,7 @@ struct ddpc_ddp {
 
     long check_every;       /* DDPC_CHECK_PARAMS: compare the replicas every K optimizer steps */
     uint64_t optim_steps;   /* ddpc_optim_step calls, for check_every */
+    int check_capture_said; /* the "captured steps are not checked" note was logged */
 };
 
 /* Device memory helpers (ddp.c), DDPC_ERR_CUDA with the call on failure;
@@ -73,6 +74,11 @@ struct ddpc_ddp {
 ddpc_status_t ddp_dev_alloc(ddpc_ddp_t d, void **p, size_t bytes, const char *what);
 void ddp_dev_free(void *p);
 ddpc_status_t ddp_cuda_check(ddpc_ddp_t d, int cuda_error, const char *call);
+
+/* The engine's stream is being captured into a CUDA graph (reducer.c):
+ * nothing that synchronizes the host may run (the replica check, the
+ * unused-parameter check). 0 on the host. */
+int ddp_capturing(ddpc_ddp_t d);
 
 #define ddp_err(d, st, ...) DDPC_HANDLE_ERR(d, "ddp", st, __VA_ARGS__)
 

@@ -32,6 +32,8 @@ struct ddpc_optim {
 #ifdef DDPC_HAVE_CUDA
     ddpc_cuda_optim_scalars_t *sc; /* device: the scalars above, authoritative there */
     double *partials;  /* device: DDPC_CUDA_OPTIM_PARTIALS */
+    ddpc_cuda_optim_hyper_t *hyper; /* device: the update's values, read when a step runs */
+    int set_err;       /* a cudaError_t of ddpc_optim_set_lr, reported by the next step */
 #endif
 };
 
@@ -63,6 +65,17 @@ static ddpc_status_t push(ddpc_optim_t o)
     if (e == cudaSuccess)
         e = cudaMemcpy(o->sc, &h, sizeof h, cudaMemcpyHostToDevice);
     return e == cudaSuccess ? DDPC_OK : ddp_cuda_check(d, e, "writing the optimizer's scalars");
+}
+/* The values of the update into device memory (at creation). */
+static ddpc_status_t push_hyper(ddpc_optim_t o)
+{
+    const ddpc_optim_config_t *c = &o->cfg;
+    ddpc_cuda_optim_hyper_t h = {c->lr, c->weight_decay, c->momentum, c->dampening,
+                                 c->beta1, c->beta2, c->eps, c->clip_norm};
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)o->ddp->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(o->hyper, &h, sizeof h, cudaMemcpyHostToDevice);
+    return e == cudaSuccess ? DDPC_OK : ddp_cuda_check(o->ddp, e, "writing the optimizer's config");
 }
 #define ON_DEVICE(o) ((o)->device != DDPC_DEVICE_HOST)
 #endif
@@ -129,6 +142,10 @@ ddpc_status_t ddpc_optim_create(ddpc_ddp_t d, const ddpc_optim_config_t *cfg, dd
             st = ddp_dev_alloc(d, (void **)&o->partials,
                                DDPC_CUDA_OPTIM_PARTIALS * sizeof(double), "optimizer workspace");
         if (!st)
+            st = ddp_dev_alloc(d, (void **)&o->hyper, sizeof *o->hyper, "optimizer config");
+        if (!st)
+            st = push_hyper(o);
+        if (!st)
             st = push(o);
         if (st) {
             ddpc_optim_destroy(o);
@@ -164,6 +181,7 @@ void ddpc_optim_destroy(ddpc_optim_t o)
             ddp_dev_free(o->state[k]);
         ddp_dev_free(o->sc);
         ddp_dev_free(o->partials);
+        ddp_dev_free(o->hyper);
         free(o);
         return;
     }
@@ -292,9 +310,19 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
         *stepped = 0;
 #ifdef DDPC_HAVE_CUDA
     if (ON_DEVICE(o)) {
+        if (o->set_err) {
+            cudaError_t e = (cudaError_t)o->set_err;
+            o->set_err = 0;
+            return ddp_err(d, DDPC_ERR_CUDA, "ddpc_optim_set_lr could not reach the device "
+                           "(%s)%s", cudaGetErrorString(e),
+                           e == cudaErrorStreamCaptureUnsupported || ddp_capturing(d)
+                               ? ": it was called while the engine's stream was being captured; "
+                                 "call it between replays"
+                               : "");
+        }
         ddpc_status_t st = ddp_cuda_check(
             d, ddpc_cuda_optim_step(&o->cfg, n, p, g, o->state[0], o->state[1], o->sc,
-                                    o->partials, (cudaStream_t)d->stream),
+                                    o->partials, o->hyper, (cudaStream_t)d->stream),
             "the optimizer step");
         if (st == DDPC_OK && stepped)
             *stepped = o->cfg.dynamic_loss_scale ? -1 : 1;
@@ -351,13 +379,37 @@ ddpc_status_t ddpc_optim_step(ddpc_optim_t o, int *stepped)
         return DDPC_ERR_INVALID;
     ddpc_status_t st = optim_step(o, stepped);
     ddpc_ddp_t d = o->ddp;
-    if (st == DDPC_OK && d->check_every > 0 && ++d->optim_steps % (uint64_t)d->check_every == 0)
+    if (st != DDPC_OK || d->check_every <= 0)
+        return st;
+    if (ddp_capturing(d)) { /* the check reads the parameters on the host: never in a graph */
+        if (!d->check_capture_said++)
+            ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: DDPC_CHECK_PARAMS: steps captured into a CUDA "
+                     "graph are not checked (the check synchronizes the host); eager steps are");
+        return st;
+    }
+    if (++d->optim_steps % (uint64_t)d->check_every == 0)
         st = ddpc_ddp_check_params(d);
     return st;
 }
 
 const ddpc_optim_config_t *ddpc_optim_config(ddpc_optim_t o) { return o ? &o->cfg : NULL; }
-void ddpc_optim_set_lr(ddpc_optim_t o, double lr) { if (o) o->cfg.lr = lr; }
+void ddpc_optim_set_lr(ddpc_optim_t o, double lr)
+{
+    if (!o)
+        return;
+    o->cfg.lr = lr;
+#ifdef DDPC_HAVE_CUDA
+    /* stream-ordered: steps enqueued before keep their rate, later ones and
+     * the replays of a captured step read this one (the source is staged at
+     * the call, as for any pageable copy) */
+    if (ON_DEVICE(o)) {
+        cudaError_t e = cudaMemcpyAsync(&o->hyper->lr, &lr, sizeof lr, cudaMemcpyHostToDevice,
+                                        (cudaStream_t)o->ddp->stream);
+        if (e != cudaSuccess && !o->set_err)
+            o->set_err = (int)e;
+    }
+#endif
+}
 int ddpc_optim_num_states(ddpc_optim_t o) { return o ? o->nstates : 0; }
 
 float *ddpc_optim_state(ddpc_optim_t o, int k, const char **name)

@@ -231,7 +231,7 @@ static ddpc_status_t device_unready(ddpc_ddp_t d, int unready, ddpc_status_t *la
 
 /* The compute stream is being captured into a CUDA graph: the step's host
  * checks run in the eager steps before the capture, not inside it. */
-static int capturing(ddpc_ddp_t d)
+int ddp_capturing(ddpc_ddp_t d)
 {
 #ifdef DDPC_HAVE_CUDA
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -266,7 +266,7 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     int64_t worst = unready;
     ddpc_status_t late = DDPC_OK;
     if (st == DDPC_OK && !d->cfg.find_unused && d->size > 1) {
-        if (capturing(d)) { /* a replay repeats a step the eager steps checked */
+        if (ddp_capturing(d)) { /* a replay repeats a step the eager steps checked */
             worst = 0;
         } else if (ON_DEVICE(d)) {
             st = device_unready(d, unready, &late);

@@ -42,6 +42,8 @@ static int violations;
 static cudaError_t sticky = cudaSuccess;
 static __thread cudaError_t last_error = cudaSuccess;
 static __thread int cur_device;
+/* cudaThreadExchangeStreamCaptureMode: this thread's interaction with captures */
+static __thread enum cudaStreamCaptureMode thread_mode = cudaStreamCaptureModeGlobal;
 static int ndevices = -1;
 static unsigned delay_us = 100;
 static uint64_t rng_state;
@@ -537,8 +539,13 @@ static cudaError_t unsafe_locked(const char *call, struct CUstream_st *s)
         if (c->status != cudaStreamCaptureStatusActive)
             continue;
         int mine = pthread_equal(c->owner, pthread_self());
+        /* CUDA's rules: the capturing thread unless the capture is relaxed; a
+           thread in global mode while another thread captures in global
+           mode; any thread that synchronizes with the capturing stream */
         int hit = (mine && c->mode != cudaStreamCaptureModeRelaxed) ||
-                  (!mine && c->mode == cudaStreamCaptureModeGlobal) || (s && s->cap == c);
+                  (!mine && c->mode == cudaStreamCaptureModeGlobal &&
+                   thread_mode == cudaStreamCaptureModeGlobal) ||
+                  (s && s->cap == c);
         if (hit) {
             c->status = cudaStreamCaptureStatusInvalidated;
             e = cudaErrorStreamCaptureUnsupported;
@@ -1181,6 +1188,16 @@ cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t *out)
         *out = c->graph;
     free(c);
     return ret(e);
+}
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
+{
+    if (!mode || (unsigned)*mode > (unsigned)cudaStreamCaptureModeRelaxed)
+        return ret(cudaErrorInvalidValue);
+    enum cudaStreamCaptureMode old = thread_mode;
+    thread_mode = *mode;
+    *mode = old;
+    return cudaSuccess;
 }
 
 cudaError_t cudaStreamIsCapturing(cudaStream_t h, enum cudaStreamCaptureStatus *st)

@@ -15,7 +15,7 @@
 
 #define THREADS 256u
 #define MAX_GRID 4096u
-#define FACTOR_DOUBLES 8u
+#define FACTOR_DOUBLES 16u
 #define SUM_BLOCKS (DDPC_CUDA_OPTIM_PARTIALS - FACTOR_DOUBLES)
 
 /* the kernels' grid: ceil(n / THREADS), at most cap */
@@ -40,13 +40,14 @@ typedef struct {
     float *p, *g, *s0, *s1;
     ddpc_cuda_optim_scalars_t *sc;
     double *partials;
+    const ddpc_cuda_optim_hyper_t *hy;
 } step_t;
 
 static void run_step(void *arg)
 {
     const step_t *a = arg;
     const ddpc_optim_config_t *c = &a->cfg;
-    const ddpc_optim_config_t hy = *c; /* the launch's values */
+    const ddpc_cuda_optim_hyper_t hy = *a->hy; /* read on the stream, as the kernels do */
     const size_t n = a->n;
     /* kernel 1: per-block partial sums of squares */
     const unsigned nb = n ? grid_for(n, SUM_BLOCKS) : 0;
@@ -110,6 +111,7 @@ static void run_step(void *arg)
     /* kernel 3: the update */
     const float lr = (float)hy.lr, wd = (float)hy.weight_decay, mu = (float)hy.momentum;
     const float damp = 1.0f - (float)hy.dampening;
+    const int mom = (float)c->momentum > 0.0f; /* the structure: the launch's */
     const float b1 = (float)hy.beta1, omb1 = 1.0f - b1, b2 = (float)hy.beta2, omb2 = 1.0f - b2;
     const float eps = (float)hy.eps;
     for (size_t i = 0; i < n; i++) {
@@ -131,7 +133,7 @@ static void run_step(void *arg)
         } else {
             const float pi = a->p[i];
             gi = gi + wd * pi;
-            if (mu > 0.0f) {
+            if (mom) {
                 const float b = steps0 == 0 ? gi : mu * a->s0[i] + damp * gi;
                 a->s0[i] = b;
                 gi = c->nesterov ? gi + mu * b : b;
@@ -144,9 +146,9 @@ static void run_step(void *arg)
 EMU_API cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t n, float *p,
                                          float *g, float *s0, float *s1,
                                          ddpc_cuda_optim_scalars_t *sc, double *partials,
-                                         cudaStream_t stream)
+                                         const ddpc_cuda_optim_hyper_t *hyper, cudaStream_t stream)
 {
-    if (!cfg || !sc || !partials ||
+    if (!cfg || !sc || !partials || !hyper ||
         (cfg->type != DDPC_OPTIM_SGD && cfg->type != DDPC_OPTIM_ADAMW))
         return cudaErrorInvalidValue;
     const int adamw = cfg->type == DDPC_OPTIM_ADAMW;
@@ -158,11 +160,12 @@ EMU_API cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t 
     if (emu_check(sc, sizeof *sc, EMU_DEVICE, call, "scalars") ||
         emu_check(partials, DDPC_CUDA_OPTIM_PARTIALS * sizeof(double), EMU_DEVICE, call,
                   "partials") ||
+        emu_check(hyper, sizeof *hyper, EMU_DEVICE, call, "hyper") ||
         emu_check(p, b, EMU_DEVICE, call, "params") || emu_check(g, b, EMU_DEVICE, call, "grads") ||
         ((adamw || mom) && emu_check(s0, b, EMU_DEVICE, call, "state 0")) ||
         (adamw && emu_check(s1, b, EMU_DEVICE, call, "state 1")))
         return emu_last_error();
-    step_t a = {*cfg, n, p, g, s0, s1, sc, partials};
+    step_t a = {*cfg, n, p, g, s0, s1, sc, partials, hyper};
     emu_launch(stream, call, run_step, &a, sizeof a);
     return emu_last_error();
 }
