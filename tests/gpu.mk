@@ -13,8 +13,11 @@
 #                unfused, bf16, fp16): losses, hits, gradients, grad_ready order
 #  gpu-boot.sh   the nccl bootstrap under mpiexec: no GPU -> one message per rank
 #  slurm-nccl.sh srun --mpi=pmix with the nccl backend and MPICH (no PMIx client)
-dist_check_SCRIPTS += tests/gpu-boot.sh tests/slurm-nccl.sh
-TESTS += tests/gpu-boot.sh tests/slurm-nccl.sh
+#  trainer-gpu.sh the trainer --device cuda against the CPU trainer: fp32,
+#                bf16, fp16, graphs, accumulation, resume, checkpoints across
+#                kinds (on a GPU, or under configure --with-cuda=emulate)
+dist_check_SCRIPTS += tests/gpu-boot.sh tests/slurm-nccl.sh tests/trainer-gpu.sh
+TESTS += tests/gpu-boot.sh tests/slurm-nccl.sh tests/trainer-gpu.sh
 if HAVE_NCCL
 check_PROGRAMS += tests/gpu_boot
 tests_gpu_boot_SOURCES = tests/gpu_boot.c

@@ -619,7 +619,7 @@ ddpc_status_t comm_nccl_create(struct ddpc_comm *c)
     if (n->nc)
         r = settle(n->nc, r, dl);
     if (r != ncclSuccess) {
-        const char *last = n->nc ? ncclGetLastError(n->nc) : "";
+        const char *last = ncclGetLastError(n->nc); /* NULL is allowed: the last error */
         if (n->nc)
             ncclCommAbort(n->nc);
         n->nc = NULL;

@@ -1,0 +1,98 @@
+#!/bin/sh
+# trainer-gpu.sh: the trainer with --device cuda on NP ranks (default 2)
+# against the CPU trainer, on a GPU or under the device emulation (configure
+# --with-cuda=emulate; its runs say "(emulated)" in the device line):
+#  - fp32, bf16, fp16: each ends where the CPU trainer ends, within the
+#    precision's tolerance (test loss and accuracy), every rank the same
+#    parameters;
+#  - --cuda-graph on (nccl: a GPU per rank): bitwise the eager run's result;
+#  - --grad-accum 2 at half the batch: the same training up to rounding;
+#  - stopped at step S and resumed: bitwise the uninterrupted run;
+#  - a device checkpoint resumed by the CPU trainer, and a CPU checkpoint by
+#    the CUDA trainer: each ends where the uninterrupted run of the other
+#    kind ends (within tolerance), which needs the optimizer state to travel.
+# Skips (77) where the trainer has no CUDA model or sees no CUDA device.
+. "$(dirname "$0")/lib.sh"
+TRAINER="$top_builddir/trainer"
+need_fmnist
+NP=${TRAINER_GPU_NP:-2}
+STEPS=${TRAINER_GPU_STEPS:-120}
+HALF=$((STEPS / 2))
+COMMON="--data $DATA --hidden 64 --batch-size 32 --threads 1 --seed 11 --quiet --print-crc-all"
+TEST_TIMEOUT=${TEST_TIMEOUT_GPU:-300}
+
+probe=$TMP/probe
+mpirun_t 1 "$TRAINER" $COMMON --device cuda --max-steps 1 --ckpt-dir none >"$probe" 2>&1 || {
+    grep -Eq 'built without the CUDA model|no CUDA device visible|no usable GPU' "$probe" &&
+        skip "no CUDA trainer or device here: $(grep -E -m1 'cuda' "$probe")"
+    cat "$probe"; fail "the 1-step CUDA probe failed"
+}
+kind=GPU
+grep -q '(emulated)' "$probe" && kind="emulated GPU"
+echo "trainer-gpu: on the $kind: $(grep -m1 'device cuda' "$probe")"
+
+# final_field LOG FIELD: FIELD= of the final line
+final_field() { sed -n "s/^final: .*$2=\([^ ]*\).*/\1/p" "$1" | tail -1; }
+# run NAME ARGS...: NP ranks, the log in $TMP/NAME.log; every rank's checksum equal
+run() {
+    n=$1; shift
+    mpirun_t "$NP" "$TRAINER" $COMMON "$@" >"$TMP/$n.log" 2>&1 || { cat "$TMP/$n.log"; fail "$n: exit $?"; }
+    u=$(sed -n 's/^rank [0-9]*: params_crc32=//p' "$TMP/$n.log" | sort -u | wc -l)
+    [ "$u" = 1 ] || { cat "$TMP/$n.log"; fail "$n: the ranks' parameters differ"; }
+    echo "$n: $(grep '^final:' "$TMP/$n.log")"
+}
+# close NAME REF LOSS_TOL ACC_TOL: NAME's test loss (relative) and accuracy (absolute) near REF's
+close() {
+    python3 - "$1" "$2" "$(final_field "$TMP/$1.log" test_loss)" "$(final_field "$TMP/$2.log" test_loss)" \
+        "$(final_field "$TMP/$1.log" test_acc)" "$(final_field "$TMP/$2.log" test_acc)" "$3" "$4" <<'EOF' || fail "$1 is not where $2 ends"
+import sys
+n, r, l, lr, a, ar, tl, ta = sys.argv[1:]
+dl, da = abs(float(l) - float(lr)) / float(lr), abs(float(a) - float(ar))
+print("%s vs %s: test loss %s vs %s (%.2g relative, tolerance %s), accuracy %s vs %s (%.4f, tolerance %s)"
+      % (n, r, l, lr, dl, tl, a, ar, da, ta))
+sys.exit(not (dl <= float(tl) and da <= float(ta)))
+EOF
+}
+same_crc() { # NAME REF: bitwise the same parameters
+    a=$(final_field "$TMP/$1.log" params_crc32) b=$(final_field "$TMP/$2.log" params_crc32)
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "$1 ($a) is not bitwise $2 ($b)"
+    echo "$1 = $2 bitwise (params_crc32=$a)"
+}
+
+run cpu --device cpu --max-steps "$STEPS" --ckpt-dir none
+run fp32 --device cuda --max-steps "$STEPS" --ckpt-dir none
+grep -q 'device cuda' "$TMP/fp32.log" || { cat "$TMP/fp32.log"; fail "fp32: not on the device"; }
+close fp32 cpu 0.01 0.01
+run bf16 --device cuda --precision bf16 --max-steps "$STEPS" --ckpt-dir none
+close bf16 cpu 0.05 0.03
+run fp16 --device cuda --precision fp16 --max-steps "$STEPS" --ckpt-dir none
+close fp16 cpu 0.05 0.03
+
+# CUDA graphs: the nccl backend, so a GPU per rank
+run graphs --device cuda --max-steps "$STEPS" --ckpt-dir none --cuda-graph on
+if grep -q 'without CUDA graphs' "$TMP/graphs.log"; then
+    echo "graphs: not captured here: $(grep -m1 'without CUDA graphs' "$TMP/graphs.log")"
+    [ "${TRAINER_GPU_NEED_GRAPHS:-0}" = 1 ] && fail "graphs were required"
+else
+    same_crc graphs fp32
+fi
+
+# accumulation: 2 micro-steps of 16 are one step of 32, up to rounding
+run accum --device cuda --max-steps "$STEPS" --ckpt-dir none --grad-accum 2 --batch-size 16
+close accum fp32 0.005 0.01
+
+# stop at HALF and resume: bitwise the uninterrupted run (checkpoints at the end of each)
+run whole --device cuda --precision bf16 --max-steps "$STEPS" --ckpt-dir "$TMP/c1"
+run first --device cuda --precision bf16 --max-steps "$HALF" --ckpt-dir "$TMP/c2"
+run resumed --device cuda --precision bf16 --max-steps "$STEPS" --ckpt-dir "$TMP/c2"
+grep -Eq 'resum' "$TMP/resumed.log" || { cat "$TMP/resumed.log"; fail "resumed: no resume said"; }
+same_crc resumed whole
+
+# across kinds, SGD with momentum: the state must travel with the parameters
+run gfirst --device cuda --max-steps "$HALF" --ckpt-dir "$TMP/g"
+run g2c --device cpu --max-steps "$STEPS" --ckpt-dir "$TMP/g"
+close g2c cpu 0.01 0.01
+run cfirst --device cpu --max-steps "$HALF" --ckpt-dir "$TMP/c"
+run c2g --device cuda --max-steps "$STEPS" --ckpt-dir "$TMP/c"
+close c2g fp32 0.01 0.01
+echo "ok: the trainer on the $kind, $NP rank(s): precisions, graphs, accumulation, resume, checkpoints across kinds"
