@@ -938,13 +938,18 @@ int main(int argc, char **argv)
         desc, ddpc_optim_name((ddpc_optim_type_t)o->optimizer), o->lr, o->batch_size, t->size,
         o->grad_accum, (long long)t->steps_per_epoch);
 
+    /* the checkpoint handle's buffers (pinned and device memory on a GPU)
+     * before the first collective: NCCL's kernels may still spin in the
+     * broadcast below, and an allocation then can deadlock */
+    if (agree(t, open_checkpoints(t)))
+        goto out;
     /* where to start: rank 0's initial parameters everywhere, or a checkpoint */
     if (ddpc_ddp_broadcast_params(t->ddp) != DDPC_OK) {
         if (t->rank == 0)
             fprintf(stderr, "%s\n", ddpc_last_error(t->rt));
         goto out;
     }
-    if (agree(t, open_checkpoints(t)) || resume(t))
+    if (resume(t))
         goto out;
 
     /* the epochs; a resumed run starts inside the epoch it stopped in */

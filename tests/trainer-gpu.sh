@@ -18,7 +18,10 @@ need_fmnist
 NP=${TRAINER_GPU_NP:-2}
 STEPS=${TRAINER_GPU_STEPS:-120}
 HALF=$((STEPS / 2))
-COMMON="--data $DATA --hidden 64 --batch-size 32 --threads 1 --seed 11 --quiet --print-crc-all"
+# lr 0.01: a stable stretch of training, where rounding differences between
+# the kinds stay rounding (at the default 0.05 this MLP jumps about and two
+# equal runs part after ~100 steps on the first different bit)
+COMMON="--data $DATA --hidden 64 --batch-size 32 --threads 1 --seed 11 --lr 0.01 --quiet --print-crc-all"
 TEST_TIMEOUT=${TEST_TIMEOUT_GPU:-300}
 
 probe=$TMP/probe
