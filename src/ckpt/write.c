@@ -97,19 +97,26 @@ int ck_list(const char *dir, char (**paths)[CK_FILE_MAX])
     return n;
 }
 
-/* Remove the .tmp of a writer that died (nothing else writes here while we do). */
-static void remove_stale_tmp(const char *dir)
+/* Remove the .tmp of a writer that died (nothing else writes here while we
+ * do): exactly "ckpt-<digits>.h5.tmp", the name ck_write gives its .tmp. */
+static void remove_stale_tmp(ck_job_t *j)
 {
-    DIR *d = opendir(dir);
+    DIR *d = opendir(j->dir);
     if (!d)
         return;
-    char p[CK_FILE_MAX + 256];
+    static const char sfx[] = ".tmp";
+    char p[CK_FILE_MAX + 256], base[256];
     for (struct dirent *e; (e = readdir(d));) {
-        size_t len = strlen(e->d_name);
-        if (!strncmp(e->d_name, "ckpt-", 5) && len > 8 && !strcmp(e->d_name + len - 8, ".h5.tmp")) {
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
+        size_t len = strlen(e->d_name), ns = sizeof sfx - 1;
+        if (len <= ns || len - ns >= sizeof base || strcmp(e->d_name + len - ns, sfx))
+            continue;
+        snprintf(base, sizeof base, "%.*s", (int)(len - ns), e->d_name);
+        if (file_step(base) < 0) /* not ckpt-<digits>.h5 + .tmp */
+            continue;
+        snprintf(p, sizeof p, "%s/%s", j->dir, e->d_name);
+        if (unlink(p) != 0 && errno != ENOENT)
+            ddpc_log(j->rt, DDPC_LOG_WARN, "ckpt: cannot remove the stale %s: %s", p,
+                     strerror(errno));
     }
     closedir(d);
 }
@@ -354,7 +361,7 @@ ddpc_status_t ck_write(ck_job_t *j)
     if (make_dirs(j->dir) != 0)
         return jerr(j, DDPC_ERR_IO, "cannot create the checkpoint directory %s: %s", j->dir,
                     strerror(errno));
-    remove_stale_tmp(j->dir);
+    remove_stale_tmp(j);
     double t0 = ddpc_now(), t1;
     ck_h5_enter();
     ddpc_status_t st = write_h5(j);
