@@ -5,10 +5,11 @@
 # goes on to the same final state as a run that never saved, and a restart
 # resumes from the newest checkpoint that was written. Sync and async saves.
 # Then the trainer on 1 and 2 ranks, sync and DDPC_CKPT_ASYNC=1 saves, whose
-# third checkpoint does not fit: exit 1 with the reason, never a crash at
-# exit (HDF5 1.10 left the file's identifier behind after a failed close and
-# its atexit handler died of SIGSEGV on it), the two older ones unchanged, a
-# restart resumes from the newest. The trainer needs Fashion-MNIST: without
+# third checkpoint does not fit, periodic or the run's last: exit 1 with the
+# reason, never a crash at exit (HDF5 1.10 left the file's identifier behind
+# after a failed close and its atexit handler died of SIGSEGV on it) nor
+# exit 0 (the last async save was never waited for), the two older ones
+# unchanged, a restart resumes from the newest. The trainer needs Fashion-MNIST: without
 # it that part is skipped (exit 77) after the rest passed.
 . "$(dirname "$0")/lib.sh"
 TRAIN="$top_builddir/tests/mpi_ckpt_train"
@@ -109,6 +110,17 @@ for np in 1 2; do
             { cat "$out"; fail "trainer $np ranks $mode: no clear 'No space left on device' error naming ckpt-00000030.h5.tmp"; }
         [ "$(cd "$d" && sha256sum ckpt-*.h5)" = "$sums" ] || { ls -l "$d"; fail "trainer $np ranks $mode: the older checkpoints changed"; }
         ! ls "$d" | grep -q '\.tmp$' || { ls -l "$d"; fail "trainer $np ranks $mode: a .tmp was left on the full disk"; }
+        # the last save of the run does not fit (an async one is still being
+        # written when training ends): exit 1 too, no final line, no claim
+        DDPC_CKPT_ASYNC=$async mpirun_t $np "$TRAINER" "$@" --max-steps 25 --ckpt-dir "$d" >"$TMP/end.out" 2>&1
+        rc=$?
+        [ $rc -eq 1 ] && ! grep -q '^final:' "$TMP/end.out" ||
+            { cat "$TMP/end.out"; fail "trainer $np ranks $mode: the last save failed: exit $rc, expected 1 and no final line"; }
+        grep -q "^ddpc\[rank 0/$np .*\] ckpt: .*ckpt-00000025\.h5\.tmp.*No space left on device" "$TMP/end.out" ||
+            { cat "$TMP/end.out"; fail "trainer $np ranks $mode: no clear error for the last save"; }
+        ! grep -q '^checkpoint: .*ckpt-00000025\.h5' "$TMP/end.out" ||
+            { cat "$TMP/end.out"; fail "trainer $np ranks $mode: claims ckpt-00000025.h5, which was not written"; }
+        [ "$(cd "$d" && sha256sum ckpt-*.h5)" = "$sums" ] || { ls -l "$d"; fail "trainer $np ranks $mode: the older checkpoints changed"; }
         DDPC_CKPT_ASYNC=$async mpirun_t $np "$TRAINER" "$@" --max-steps 20 --ckpt-dir "$d" >"$TMP/again.out" 2>&1 ||
             { cat "$TMP/again.out"; fail "trainer $np ranks $mode: the restart failed"; }
         grep -q "^trainer: resumed from .*: step 20," "$TMP/again.out" || { cat "$TMP/again.out"; fail "trainer $np ranks $mode: no resume from step 20"; }
