@@ -476,11 +476,26 @@ static int resume(trainer_t *t)
     return 0;
 }
 
-/* Collective: write a checkpoint of the state after the last optimizer step. */
-static int save_checkpoint(trainer_t *t, const char *why)
+/* Collective: the result of an asynchronous save still in flight
+ * (DDPC_CKPT_ASYNC=1), before the run ends on it. */
+static int wait_checkpoint(trainer_t *t)
 {
-    if (!t->ckpt || !t->opt.ckpt_dir || t->saved_step == t->step)
+    if (!t->ckpt || !t->opt.ckpt_dir || ddpc_ckpt_wait(t->ckpt) == DDPC_OK)
         return 0;
+    if (t->rank == 0)
+        fprintf(stderr, "%s\n", ddpc_ckpt_last_error(t->ckpt));
+    return -1;
+}
+
+/* Collective: write a checkpoint of the state after the last optimizer step.
+ * last: the run ends on it (exit 0 or 3): an asynchronous save is waited for,
+ * and so is one of this step already in flight. */
+static int save_checkpoint(trainer_t *t, const char *why, int last)
+{
+    if (!t->ckpt || !t->opt.ckpt_dir)
+        return 0;
+    if (t->saved_step == t->step)
+        return last ? wait_checkpoint(t) : 0;
     ddpc_sampler_state_t s;
     if (ddpc_loader_get_state(t->loader, &s) != DDPC_OK)
         fatal(t, "checkpoint", ddpc_loader_last_error(t->loader));
@@ -502,6 +517,8 @@ static int save_checkpoint(trainer_t *t, const char *why)
         return -1;
     }
     t->saved_step = t->step;
+    if (last && wait_checkpoint(t))
+        return -1;
     say(t, "checkpoint: %s/ckpt-%08lld.h5 (%s, step %lld, %.2fs)\n", t->opt.ckpt_dir,
         (long long)t->step, why, (long long)t->step, now() - t0);
     char path[4200], js[8400];
@@ -778,7 +795,7 @@ static run_t train_epoch(trainer_t *t)
             log_progress(t, &st, in_epoch, t_epoch, samples_epoch);
         if (stop_vote(t))
             return RUN_STOPPED;
-        if (t->opt.ckpt_every && t->step % t->opt.ckpt_every == 0 && save_checkpoint(t, "periodic"))
+        if (t->opt.ckpt_every && t->step % t->opt.ckpt_every == 0 && save_checkpoint(t, "periodic", 0))
             return RUN_FAILED;
         test_fail_at_step(t);
     }
@@ -971,7 +988,7 @@ int main(int argc, char **argv)
                   "\"test_loss\":%.6f,\"epoch_s\":%.3f,\"samples_per_s\":%.1f}",
                (unsigned long long)t->epoch + 1, (long long)t->step, t->test_acc, t->test_loss,
                secs, secs > 0 ? (t->samples_run - s0) / secs : 0);
-        if (save_checkpoint(t, "end of epoch")) {
+        if (save_checkpoint(t, "end of epoch", 0)) {
             how = RUN_FAILED;
             break;
         }
@@ -983,7 +1000,7 @@ int main(int argc, char **argv)
     if (how == RUN_STOPPED) {
         say(t, "trainer: stop signal: stopping at step %lld (epoch %llu)\n", (long long)t->step,
             (unsigned long long)t->epoch + 1);
-        if (save_checkpoint(t, "stop signal"))
+        if (save_checkpoint(t, "stop signal", 1))
             goto out;
         if (!t->ckpt || !o->ckpt_dir)
             say(t, "trainer: no checkpoint written (--ckpt-dir none)\n");
@@ -993,7 +1010,7 @@ int main(int argc, char **argv)
         code = TRAINER_EXIT_PREEMPTED;
         goto out;
     }
-    if (save_checkpoint(t, "end"))
+    if (save_checkpoint(t, "end", 1))
         goto out;
     if (t->eval_step != t->step)
         evaluate(t);
@@ -1024,6 +1041,7 @@ out:
 #endif
     if (t->model)
         t->ops->destroy(t->model);
+    ddpc_ckpt_destroy(t->ckpt); /* joins a writer still in flight (an error path) */
     ddpc_optim_destroy(t->optim);
     ddpc_ddp_destroy(t->ddp);
     ddpc_comm_destroy(t->dcomm);

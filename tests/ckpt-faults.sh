@@ -3,7 +3,8 @@
 # - rank 0 killed with SIGKILL in the middle of writing (sync and async save):
 #   the previous checkpoint is untouched and a restart resumes from it and
 #   ends where an uninterrupted run ends; the partial .tmp is ignored, then
-#   removed by the next save;
+#   removed by the next save, like a stale ckpt-<step>.h5.tmp of a step that
+#   run does not write (other *.h5.tmp files are left alone);
 # - a truncated or bit-flipped newest checkpoint is skipped with a warning;
 # - a hostile one (an external or soft link, a virtual dataset, external raw
 #   storage in place of a parameter) is refused before any data is read; so
@@ -41,10 +42,16 @@ for mode in sync async; do
     [ -f "$d/ckpt-00000015.h5.tmp" ] || { ls -l "$d"; fail "$mode: no partial .tmp: was rank 0 killed mid-write?"; }
     [ ! -e "$d/ckpt-00000015.h5" ] || fail "$mode: a killed save left ckpt-00000015.h5"
     [ "$(sum "$d/ckpt-00000010.h5")" = "$before" ] || fail "$mode: the previous checkpoint changed"
+    # a .tmp of a step this run never writes (step 15's is written again, so
+    # its absence alone says nothing), and a file that is not a checkpoint's
+    : >"$d/ckpt-00000012.h5.tmp"
+    : >"$d/notes.h5.tmp"
     run "$TMP/again" --dir "$d" --steps 20 --save-every 5 $a
     grep -q "^resumed step=10 " "$TMP/again" || { cat "$TMP/again"; fail "$mode: did not resume from step 10"; }
     grep -q "^final step=20 state=$ref$" "$TMP/again" || { cat "$TMP/again"; fail "$mode: resumed run ends elsewhere than $ref"; }
     [ ! -e "$d/ckpt-00000015.h5.tmp" ] || fail "$mode: the stale .tmp was not removed by the next save"
+    [ ! -e "$d/ckpt-00000012.h5.tmp" ] || { ls -l "$d"; fail "$mode: the stale ckpt-00000012.h5.tmp was not removed by the next save"; }
+    [ -e "$d/notes.h5.tmp" ] || fail "$mode: a save removed notes.h5.tmp, which is not a checkpoint's"
     echo "ok: $mode save killed mid-write: ckpt-00000010.h5 intact, resumed from it, final state $ref"
 done
 

@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <hdf5.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -197,6 +198,9 @@ static void round_trip(int optim, int async, size_t chunk)
     train_a_little(&a, 1);
     CK_OK(&a, ddpc_ckpt_set_user_attr_double(a.ck, "loss", 0.125));
     CK_OK(&a, ddpc_ckpt_set_user_attr_string(a.ck, "run", "round trip"));
+    /* the application's values whatever they are: a diverged run's loss */
+    CK_OK(&a, ddpc_ckpt_set_user_attr_double(a.ck, "diverged", NAN));
+    CK_OK(&a, ddpc_ckpt_set_user_attr_double(a.ck, "peak", -INFINITY));
     ddpc_ckpt_meta_t mt = some_meta(1200);
     CK_OK(&a, ddpc_ckpt_save(a.ck, &mt));
     if (async) { /* the snapshot was taken: changes now must not reach the file */
@@ -235,6 +239,10 @@ static void round_trip(int optim, int async, size_t chunk)
     ck_assert_double_eq(loss, 0.125);
     CK_OK(&b, ddpc_ckpt_get_user_attr_string(b.ck, "run", run, sizeof run));
     ck_assert_str_eq(run, "round trip");
+    CK_OK(&b, ddpc_ckpt_get_user_attr_double(b.ck, "diverged", &loss));
+    ck_assert(isnan(loss));
+    CK_OK(&b, ddpc_ckpt_get_user_attr_double(b.ck, "peak", &loss));
+    ck_assert(isinf(loss) && loss < 0);
     ck_assert_int_eq(ddpc_ckpt_get_user_attr_double(b.ck, "run", &loss), DDPC_ERR_NOT_FOUND);
     ck_assert_double_eq(ddpc_optim_config(b.opt)->lr, 0.05);
     destroy(&a);

@@ -3,7 +3,7 @@
  * directory fsynced; then older files beyond `keep` are removed. A failure
  * removes the .tmp and touches nothing else. Runs on the caller's thread
  * (sync save) or the background thread (async save); it only reads the job. */
-#define _GNU_SOURCE /* sync_file_range */
+#define _GNU_SOURCE /* sync_file_range, fallocate, memfd_create */
 #include "config.h"
 #include "ckpt_internal.h"
 
@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,19 +98,26 @@ int ck_list(const char *dir, char (**paths)[CK_FILE_MAX])
     return n;
 }
 
-/* Remove the .tmp of a writer that died (nothing else writes here while we do). */
-static void remove_stale_tmp(const char *dir)
+/* Remove the .tmp of a writer that died (nothing else writes here while we
+ * do): exactly "ckpt-<digits>.h5.tmp", the name ck_write gives its .tmp. */
+static void remove_stale_tmp(ck_job_t *j)
 {
-    DIR *d = opendir(dir);
+    DIR *d = opendir(j->dir);
     if (!d)
         return;
-    char p[CK_FILE_MAX + 256];
+    static const char sfx[] = ".tmp";
+    char p[CK_FILE_MAX + 256], base[256];
     for (struct dirent *e; (e = readdir(d));) {
-        size_t len = strlen(e->d_name);
-        if (!strncmp(e->d_name, "ckpt-", 5) && len > 8 && !strcmp(e->d_name + len - 8, ".h5.tmp")) {
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
+        size_t len = strlen(e->d_name), ns = sizeof sfx - 1;
+        if (len <= ns || len - ns >= sizeof base || strcmp(e->d_name + len - ns, sfx))
+            continue;
+        snprintf(base, sizeof base, "%.*s", (int)(len - ns), e->d_name);
+        if (file_step(base) < 0) /* not ckpt-<digits>.h5 + .tmp */
+            continue;
+        snprintf(p, sizeof p, "%s/%s", j->dir, e->d_name);
+        if (unlink(p) != 0 && errno != ENOENT)
+            ddpc_log(j->rt, DDPC_LOG_WARN, "ckpt: cannot remove the stale %s: %s", p,
+                     strerror(errno));
     }
     closedir(d);
 }
@@ -308,11 +316,74 @@ static int write_meta(hid_t f, const ck_job_t *j)
     return rc;
 }
 
+/* Close f after a failure (j->st, j->err set); the caller removes the .tmp.
+ * H5Fclose writes the metadata HDF5 still holds; on a full disk that write
+ * fails too, and HDF5 1.10 (H5F__dest; CVE-2020-10812, changed upstream by
+ * HDFGroup/hdf5 pull request 2291) then frees the file's structure but keeps
+ * its identifier, which HDF5's atexit handler closes again: SIGSEGV at the
+ * process's exit (so would H5Idec_ref or a second H5Fclose: tried). H5Fclose
+ * cannot be undone or retried, so the sec2 driver's descriptor (fd,
+ * from H5Fget_vfd_handle) is first pointed at an anonymous memory file: the
+ * abandoned file's last writes land there and cannot fail for want of
+ * space, the close succeeds and the identifier is gone. */
+static ddpc_status_t discard_h5(ck_job_t *j, hid_t f, int fd)
+{
+    char h5[512];
+#ifdef MFD_CLOEXEC
+    int m = fd >= 0 ? memfd_create("ddpc-ckpt-discard", MFD_CLOEXEC) : -1;
+    if (m >= 0) {
+        if (dup2(m, fd) < 0)
+            ddpc_log(j->rt, DDPC_LOG_WARN, "ckpt: cannot redirect the abandoned %s: %s", j->tmp,
+                     strerror(errno));
+        close(m);
+    }
+#endif
+    ck_h5_msg(h5, sizeof h5); /* the failure is reported already */
+    if (H5Fclose(f) < 0)
+        ddpc_log(j->rt, DDPC_LOG_ERROR, "ckpt: HDF5 cannot close the abandoned %s either: %s "
+                 "(HDF5 1.10 may then crash when the process exits)", j->tmp,
+                 ck_h5_msg(h5, sizeof h5));
+    return j->st;
+}
+
+/* Before the close: the disk blocks of the whole file as HDF5 has laid it
+ * out (H5Fget_filesize: its end of allocation), holes included, where the
+ * metadata HDF5 still holds will be written; then the close cannot fail for
+ * want of space. It must not fail: a failed metadata flush leaves HDF5
+ * 1.10's cache unable to flush again ("slist already enabled?"), so even
+ * discard_h5's close would fail and leave the identifier behind. Where the
+ * file system cannot reserve (EOPNOTSUPP), nothing is reserved. */
+static ddpc_status_t reserve(ck_job_t *j, hid_t f, int fd)
+{
+#ifdef FALLOC_FL_KEEP_SIZE
+    char h5[512];
+    hsize_t size = 0;
+    if (fd < 0)
+        return DDPC_OK;
+    if (H5Fget_filesize(f, &size) < 0)
+        return jerr(j, DDPC_ERR_HDF5, "cannot get the size of %s: %s", j->tmp,
+                    ck_h5_msg(h5, sizeof h5));
+    if (fallocate(fd, 0, 0, (off_t)size) != 0 && errno != EOPNOTSUPP && errno != ENOSYS &&
+        errno != EINVAL)
+        return jerr(j, DDPC_ERR_IO, "cannot reserve the %llu bytes of %s for its metadata: %s",
+                    (unsigned long long)size, j->tmp, strerror(errno));
+#else
+    (void)j, (void)f, (void)fd;
+#endif
+    return DDPC_OK;
+}
+
 /* Under the HDF5 lock: the whole file at j->tmp, closed. */
 static ddpc_status_t write_h5(ck_job_t *j)
 {
     char h5[512];
     hid_t fapl = ck_fapl();
+    /* strong: H5Fclose closes whatever of the file is still open, so that no
+     * object left open on an error path keeps the file open to the exit */
+    if (fapl >= 0 && H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
+        H5Pclose(fapl);
+        fapl = -1;
+    }
     hid_t f = fapl < 0 ? -1 : H5Fcreate(j->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (fapl >= 0)
         H5Pclose(fapl);
@@ -324,8 +395,7 @@ static ddpc_status_t write_h5(ck_job_t *j)
     if (write_meta(f, j) < 0) {
         jerr(j, DDPC_ERR_HDF5, "cannot write the attributes of %s: %s", j->tmp,
              ck_h5_msg(h5, sizeof h5));
-        H5Fclose(f);
-        return j->st;
+        return discard_h5(j, f, fd);
     }
     for (int i = 0; i < j->nitems; i++) {
         if (j->stall_s > 0 && i == j->nitems / 2) {
@@ -338,10 +408,11 @@ static ddpc_status_t write_h5(ck_job_t *j)
         if (write_item(f, &j->items[i], fd) < 0) {
             jerr(j, DDPC_ERR_IO, "cannot write %s (%zu floats) to %s: %s", j->items[i].path,
                  j->items[i].numel, j->tmp, ck_h5_msg(h5, sizeof h5));
-            H5Fclose(f);
-            return j->st;
+            return discard_h5(j, f, fd);
         }
     }
+    if (reserve(j, f, fd) != DDPC_OK)
+        return discard_h5(j, f, fd);
     if (H5Fclose(f) < 0)
         return jerr(j, DDPC_ERR_IO, "cannot close %s: %s", j->tmp, ck_h5_msg(h5, sizeof h5));
     return DDPC_OK;
@@ -354,7 +425,7 @@ ddpc_status_t ck_write(ck_job_t *j)
     if (make_dirs(j->dir) != 0)
         return jerr(j, DDPC_ERR_IO, "cannot create the checkpoint directory %s: %s", j->dir,
                     strerror(errno));
-    remove_stale_tmp(j->dir);
+    remove_stale_tmp(j);
     double t0 = ddpc_now(), t1;
     ck_h5_enter();
     ddpc_status_t st = write_h5(j);

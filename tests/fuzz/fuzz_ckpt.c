@@ -1254,8 +1254,14 @@ static void compare(ddpc_ckpt_t ck, const expect_t *e, const ddpc_ckpt_meta_t *m
     double d;
     char s[64];
     if (e->known[A_LOSS]) {
+        /* a user attribute is the application's value, whatever it is: save
+         * writes a NaN or an infinity (the loss of a run that diverged) and a
+         * load gives it back, it is not the loader's to refuse. So the value
+         * is compared by its bits, not with ==, which a NaN never satisfies
+         * (and which would let -0.0 pass for 0.0) */
         ddpc_status_t st = ddpc_ckpt_get_user_attr_double(ck, "loss", &d);
-        CHECK(e->present[A_LOSS] ? st == DDPC_OK && d == e->v[A_LOSS] : st == DDPC_ERR_NOT_FOUND);
+        CHECK(e->present[A_LOSS] ? st == DDPC_OK && !memcmp(&d, &e->v[A_LOSS], sizeof d)
+                                 : st == DDPC_ERR_NOT_FOUND);
     }
     if (e->known[A_RUN]) {
         ddpc_status_t st = ddpc_ckpt_get_user_attr_string(ck, "run", s, sizeof s);

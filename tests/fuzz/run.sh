@@ -16,9 +16,7 @@ for t in idx options ckpt; do
     r=$?
     grep -E '^(#[0-9]+.*DONE|stat::number_of_executed_units|stat::peak_rss_mb)' "$work/log" | tail -n 3
     if [ $r -ne 0 ]; then
-        # fuzz_ckpt: a crash found in CI on 2026-12-01 (input below) is not
-        # diagnosed yet; until it is fixed its crashes are printed, not fatal
-        if [ "$t" = ckpt ]; then echo "fuzz_ckpt: KNOWN OPEN CRASH (not fatal until fixed)"; else rc=1; fi
+        rc=1
         echo "fuzz_$t: FAILED (exit $r):"
         if grep -q -E 'ERROR|runtime error|deadly signal' "$work/log"; then
             grep -E -A30 'ERROR|runtime error|deadly signal' "$work/log" | head -60
