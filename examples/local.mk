@@ -8,10 +8,14 @@ examples_libtrainer_la_SOURCES = \
 examples_libtrainer_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 examples_libtrainer_la_LIBADD = $(BLAS_LIBS) -lm
 trainer_cuda_cppflags =
-EXTRA_DIST += examples/model_cuda.cu
+EXTRA_DIST += examples/model_cuda.c examples/model_cuda_kernels.cu examples/model_cuda_kernels.h
 if HAVE_CUBLASLT
-# the CUDA model (nvcc through the .cu.lo rule of Makefile.am)
-examples_libtrainer_la_SOURCES += examples/model_cuda.cu
+# the CUDA model: host code in C, its kernels through nvcc (the .cu.lo rule
+# of Makefile.am)
+examples_libtrainer_la_SOURCES += examples/model_cuda.c examples/model_cuda_kernels.h
+if HAVE_NVCC
+examples_libtrainer_la_SOURCES += examples/model_cuda_kernels.cu
+endif
 examples_libtrainer_la_LIBADD += $(CUBLASLT_LIBS) $(CUDA_LIBS)
 trainer_cuda_cppflags += -DTRAINER_HAVE_CUDA_MODEL $(CUDA_CFLAGS)
 endif

@@ -79,7 +79,7 @@ typedef struct {
     double forwards;     /* forward calls */
 } model_stats_t;
 
-/* What a device implements (model_cpu.c, model_cuda.cu). Host memory goes
+/* What a device implements (model_cpu.c, model_cuda.c). Host memory goes
  * in through upload and params_io; everything else stays in the device's
  * memory, so that a GPU step never waits for the host. */
 typedef struct {
@@ -117,7 +117,7 @@ typedef struct {
 
 extern const model_ops_t model_cpu_ops;
 #ifdef TRAINER_HAVE_CUDA_MODEL
-extern const model_ops_t model_cuda_ops; /* model_cuda.cu, with the GPU work */
+extern const model_ops_t model_cuda_ops; /* model_cuda.c, its kernels in model_cuda_kernels.cu */
 int model_cuda_device_count(void);       /* CUDA devices visible, 0 on error */
 /* Make device current and create the compute stream (non-blocking) that the
  * DDP engine and the model share; 0, or -1 with the reason in err. */

@@ -23,14 +23,16 @@ if [ "$DDPC_CUDA_EMULATED" = yes ]; then
     # a collective that never completes on rank 0: both watchdogs end it after DDPC_TIMEOUT
     expect_fail_msg 'rank 0/2 [^]]*\] error: comm: allreduce #0 .*did not complete within 2s' with DDPC_EMU_DEVICES=2 \
         DDPC_EMU_NCCL_HANG=0:1 -- mpirun_t 2 "$top_builddir/tests/gpu_boot"
-    # one that fails asynchronously on rank 1: its watchdog reports NCCL's error
-    expect_fail_msg 'rank 1/2.*NCCL asynchronous error .*remote process exited' with DDPC_EMU_DEVICES=2 \
+    # one that fails asynchronously on rank 1: NCCL's error, seen by the watchdog or
+    # by the call's own polling (whichever polls first)
+    expect_fail_msg 'rank 1/2.*(NCCL asynchronous error|NCCL failed).*remote process exited' with DDPC_EMU_DEVICES=2 \
         DDPC_EMU_NCCL_FAIL=1:1 -- mpirun_t 2 "$top_builddir/tests/gpu_boot"
     # a rank that never joins: the others time out (the script's watchdog experiment)
     with DDPC_EMU_DEVICES=2 GPU_BOOT_SKIP_RANK=1 -- mpirun_t 2 "$top_builddir/tests/gpu_boot" >"$TMP/skip" 2>&1
     rc=$?
-    [ $rc -eq 3 ] && grep -q 'rank 0: timed out as expected' "$TMP/skip" \
-        || { cat "$TMP/skip"; fail "GPU_BOOT_SKIP_RANK=1: exit $rc, expected 3 and rank 0's timeout"; }
+    # 3 from rank 0, or 9 where hydra reports the sleeping rank it killed first
+    [ $rc -eq 3 ] || [ $rc -eq 9 ] && grep -q 'rank 0: timed out as expected' "$TMP/skip" \
+        || { cat "$TMP/skip"; fail "GPU_BOOT_SKIP_RANK=1: exit $rc, expected 3 (or 9) and rank 0's timeout"; }
     echo "ok: emulated NCCL: duplicate GPU refused, a hung and a failed collective end by the watchdog"
     DDPC_EMU_DEVICES=0
     export DDPC_EMU_DEVICES

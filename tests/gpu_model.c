@@ -1,10 +1,11 @@
-/* gpu_model.c: the trainer's CUDA model (examples/model_cuda.cu) against its
+/* gpu_model.c: the trainer's CUDA model (examples/model_cuda.c) against its
  * CPU twin (model_cpu.c) on the same parameters and batches: loss, hits,
  * every gradient, the order of the grad_ready calls, accumulation over two
  * backwards, the backward scale, batches of several sizes through the
  * double-buffered upload, and the fp16 loss scale read from device memory.
  * fp32 with the fused cuBLASLt epilogues and without them (the unfused
- * kernels), bf16 and fp16 with their looser tolerance. One process, one GPU;
+ * kernels), bf16 and fp16 with their looser tolerance (gradients by the
+ * relative L2 error of each parameter). One process, one GPU;
  * without a usable GPU it is skipped (exit 77). */
 #include "model.h"
 
@@ -68,6 +69,11 @@ static int on_ready(void *ctx, int p)
 }
 
 /* max over the arena of |gpu - cpu| / (max |cpu| over the parameter + tiny) */
+/* The worst over the parameters of ||gpu - cpu|| / ||cpu|| (L2). A norm,
+ * not the largest element's error: in bf16/fp16 a hidden unit whose
+ * pre-activation is near 0 can change sign under rounding, which switches
+ * its whole row of the weight gradient on or off; the norm bounds how much
+ * of the gradient that moves, as training sees it. */
 static double grad_error(const model_spec_t *s, const float *cpu, const float *gpu)
 {
     double worst = 0;
@@ -78,13 +84,15 @@ static double grad_error(const model_spec_t *s, const float *cpu, const float *g
         int64_t sh[2];
         model_param_desc(s, i, name, &nd, sh);
         size_t n = (size_t)sh[0] * (nd == 2 ? (size_t)sh[1] : 1);
-        double mx = 1e-12;
-        for (size_t k = 0; k < n; k++)
-            mx = fabs(cpu[off + k]) > mx ? fabs(cpu[off + k]) : mx;
+        double dd = 0, cc = 1e-30;
         for (size_t k = 0; k < n; k++) {
-            double e = fabs((double)gpu[off + k] - cpu[off + k]) / mx;
-            worst = e > worst ? e : worst;
+            double d = (double)gpu[off + k] - cpu[off + k];
+            dd += d * d;
+            cc += (double)cpu[off + k] * cpu[off + k];
         }
+        double e = sqrt(dd / cc);
+        if (!(e <= worst)) /* NaN counts as the worst */
+            worst = e;
         off += n;
     }
     return worst;
@@ -213,9 +221,15 @@ int main(void)
     run("mlp fp32 unfused", &mlp, PRECISION_FP32, Bs, nb, 1e-4, 1e-5, 1, 0, stream);
     run("odd mlp fp32", &odd, PRECISION_FP32, Bs, nb, 1e-4, 1e-5, 0, 0, stream);
     run("odd mlp fp32 unfused", &odd, PRECISION_FP32, Bs, nb, 1e-4, 1e-5, 1, 0, stream);
-    run("mlp bf16", &mlp, PRECISION_BF16, Bs, nb, 5e-2, 2e-2, 0, 0, stream);
-    run("mlp bf16 unfused", &mlp, PRECISION_BF16, Bs, nb, 5e-2, 2e-2, 1, 0, stream);
-    run("mlp fp16", &mlp, PRECISION_FP16, Bs, nb, 1e-2, 5e-3, 0, 0, stream);
+    /* half precision against a float32 reference: a fraction f of the
+     * hidden pre-activations lies within rounding of 0 and may flip its ReLU,
+     * which moves about sqrt(f) of a weight gradient's norm; measured under
+     * the emulation: up to 7% in bf16 and 3% in fp16 (f ~ 5e-3 and 1e-3 at
+     * this initialization); the bounds are about twice that, far
+     * below what a wrong scale, mask or bias gradient gives (tens of %) */
+    run("mlp bf16", &mlp, PRECISION_BF16, Bs, nb, 1.5e-1, 2e-2, 0, 0, stream);
+    run("mlp bf16 unfused", &mlp, PRECISION_BF16, Bs, nb, 1.5e-1, 2e-2, 1, 0, stream);
+    run("mlp fp16", &mlp, PRECISION_FP16, Bs, nb, 6e-2, 5e-3, 0, 0, stream);
     model_cuda_close(stream);
     if (nfail) {
         fprintf(stderr, "gpu_model: %d check(s) failed\n", nfail);

@@ -5,15 +5,27 @@
 # the tests share one emulated device. Built with -ffp-contract=off: the
 # kernels' twins round each operation as the kernels do.
 EMU_SOURCES = tests/emu/emu.h tests/emu/emu_internal.h tests/emu/cudart.c tests/emu/nccl.c \
-	tests/emu/kernels_ddp.c
-EXTRA_DIST += $(EMU_SOURCES) tests/emu/local.mk
+	tests/emu/kernels_ddp.c tests/emu/kernels_model.c tests/emu/cublaslt.c
+EXTRA_DIST += $(EMU_SOURCES) tests/emu/local.mk tests/emu/check_emu_lt.c
 if CUDA_EMULATE
 noinst_LTLIBRARIES += tests/emu/libddpc-emu.la
 tests_emu_libddpc_emu_la_SOURCES = $(EMU_SOURCES)
 tests_emu_libddpc_emu_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/src/ddp -I$(top_srcdir)/examples \
-	$(CUDA_CFLAGS)
+	$(CUDA_CFLAGS) $(BLAS_CFLAGS)
 tests_emu_libddpc_emu_la_CFLAGS = -Wall -Wextra -Wno-unused-parameter -ffp-contract=off
 tests_emu_libddpc_emu_la_LDFLAGS = -rpath '$(abs_builddir)/tests/emu/.libs' -avoid-version
 tests_emu_libddpc_emu_la_LIBADD = $(BLAS_LIBS) -lpthread -lm
 EXTRA_libddpc_la_DEPENDENCIES = tests/emu/libddpc-emu.la
+if HAVE_CHECK
+# the cuBLASLt emulation against a double-precision triple loop (every
+# epilogue, type pair, transpose), its refusals, and violations (exit 86)
+check_PROGRAMS += tests/emu/check_emu_lt
+tests_emu_check_emu_lt_SOURCES = tests/emu/check_emu_lt.c
+tests_emu_check_emu_lt_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests/emu -I$(top_srcdir)/examples \
+	$(CUDA_CFLAGS)
+tests_emu_check_emu_lt_CFLAGS = $(DDPC_TEST_CF)
+tests_emu_check_emu_lt_LDFLAGS = $(DDPC_TEST_LD)
+tests_emu_check_emu_lt_LDADD = tests/emu/libddpc-emu.la $(CHECK_LIBS) -lm
+TESTS += tests/emu/check_emu_lt
+endif
 endif

@@ -229,6 +229,9 @@ typedef struct {
     ncclRedOp_t op;
 } coll_t;
 
+/* MPI requests left behind by aborted communicators (atomic). */
+static int abandoned;
+
 /* Complete an MPI request unless the communicator is aborted meanwhile. */
 static int finish(struct ncclComm *c, MPI_Request *rq)
 {
@@ -237,10 +240,29 @@ static int finish(struct ncclComm *c, MPI_Request *rq)
         MPI_Test(rq, &flag, MPI_STATUS_IGNORE);
         if (flag)
             return 1;
-        if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST))
+        if (__atomic_load_n(&c->aborted, __ATOMIC_SEQ_CST)) {
+            __atomic_add_fetch(&abandoned, 1, __ATOMIC_SEQ_CST);
             return 0; /* the request is abandoned with the communicator */
+        }
         usleep(20);
     }
+}
+
+/* An abort of a real NCCL communicator leaves nothing behind in MPI; the
+ * emulation's abandoned requests would make MPICH's MPI_Finalize wait for a
+ * peer that never comes (seen: both ranks in MPI_Finalize after one rank's
+ * collective failed). So this interposes MPI_Finalize (PMPI): with requests
+ * abandoned, MPI is left unfinalized, said once, as ddpc leaves it after a
+ * timed-out collective; otherwise MPI's own. */
+EMU_API int MPI_Finalize(void)
+{
+    int n = __atomic_load_n(&abandoned, __ATOMIC_SEQ_CST);
+    if (n > 0) {
+        fprintf(stderr, "ddpc-emu[%d]: MPI_Finalize skipped: %d MPI request(s) of aborted emulated "
+                "NCCL communicators are pending\n", (int)getpid(), n);
+        return MPI_SUCCESS;
+    }
+    return PMPI_Finalize();
 }
 
 static void run_coll(void *arg)

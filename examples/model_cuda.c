@@ -1,8 +1,9 @@
-/* model_cuda.cu: the trainer's models on one GPU (model.h), the twin of
+/* model_cuda.c: the trainer's models on one GPU (model.h), the twin of
  * model_cpu.c: the same layers, parameters, loss and order of grad_ready
- * calls, computed with cuBLASLt GEMMs and a few kernels on the DDP engine's
- * compute stream. Nothing is allocated and nothing waits for the host inside
- * a step (stats and params_io wait, when asked).
+ * calls, computed with cuBLASLt GEMMs and a few kernels (model_cuda_kernels.h)
+ * on the DDP engine's compute stream. This file is the host side, plain C;
+ * the device code is model_cuda_kernels.cu. Nothing is allocated and nothing
+ * waits for the host inside a step (stats and params_io wait, when asked).
  *
  * Layout. cuBLASLt is column-major; a row-major (rows, cols) matrix is a
  * column-major (cols, rows) one with the same pointer and ld = cols. So for
@@ -45,23 +46,19 @@
 #endif
 #include "model.h"
 
+#include "model_cuda_kernels.h"
+
 #include <cublasLt.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-namespace {
-
-constexpr int kThreads = 256;
-constexpr int kLossThreads = 1024;
-constexpr size_t kWorkspace = (size_t)32 << 20; /* cuBLASLt workspace (Hopper: 32 MiB) */
-constexpr int kPlans = 64;
+#define WORKSPACE ((size_t)32 << 20) /* cuBLASLt workspace (Hopper: 32 MiB) */
+#define PLANS 64
 
 enum gemm_kind { G_FWD, G_DW, G_DX };
 
@@ -70,132 +67,12 @@ enum gemm_kind { G_FWD, G_DW, G_DX };
  * bias gradient (needs the forward's mask), the last bias gradient. */
 enum { FUSE_FWD = 1, FUSE_DX = 2, FUSE_BGRAD = 4, FUSE_ALL = 7 };
 
-struct plan {
+typedef struct {
     int used, layer, kind, B, epi;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
-};
-
-template <typename T> __device__ inline float to_f(T v);
-template <> __device__ inline float to_f<float>(float v) { return v; }
-template <> __device__ inline float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> __device__ inline float to_f<__half>(__half v) { return __half2float(v); }
-template <typename T> __device__ inline T from_f(float v);
-template <> __device__ inline float from_f<float>(float v) { return v; }
-template <> __device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ inline __half from_f<__half>(float v) { return __float2half_rn(v); }
-
-inline unsigned grid_for(size_t n)
-{
-    size_t b = (n + kThreads - 1) / kThreads;
-    return b > 65535 * 8 ? 65535 * 8 : (unsigned)(b ? b : 1);
-}
-
-/* out[i] = T(in[i]) */
-template <typename T> __global__ void k_cast(const float *in, T *out, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = from_f<T>(in[i]);
-}
-
-/* y (B rows of n) += bias, then ReLU if relu: the unfused forward epilogue */
-template <typename T>
-__global__ void k_bias_act(T *y, const T *bias, int n, size_t total, int relu)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float v = to_f<T>(y[i]) + to_f<T>(bias[i % n]);
-        y[i] = from_f<T>(relu && !(v > 0.0f) ? 0.0f : v);
-    }
-}
-
-/* One block: per row of z (B x C), softmax, cross-entropy, argmax (the
- * first maximum, as the cpu), and z overwritten by (p - onehot(y)) / B.
- * acc[0] += mean loss, acc[1] += sum of losses, acc[2] += hits, acc[3] += 1,
- * summed in a fixed order. */
-__global__ void k_softmax_xent(float *z, const int *y, int B, int C, double *acc)
-{
-    __shared__ double s_loss[kLossThreads];
-    __shared__ double s_hit[kLossThreads];
-    double loss = 0, hits = 0;
-    const float invB = 1.0f / (float)B;
-    for (int i = threadIdx.x; i < B; i += blockDim.x) {
-        float *r = z + (size_t)i * C;
-        int arg = 0;
-        for (int c = 1; c < C; c++)
-            arg = r[c] > r[arg] ? c : arg;
-        const float mx = r[arg];
-        double sum = 0;
-        for (int c = 0; c < C; c++)
-            sum += (double)expf(r[c] - mx);
-        const int yi = y[i];
-        loss += log(sum) - (double)(r[yi] - mx);
-        hits += arg == yi;
-        for (int c = 0; c < C; c++) {
-            float p = (float)((double)expf(r[c] - mx) / sum);
-            r[c] = (p - (c == yi ? 1.0f : 0.0f)) * invB;
-        }
-    }
-    s_loss[threadIdx.x] = loss;
-    s_hit[threadIdx.x] = hits;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) {
-            s_loss[threadIdx.x] += s_loss[threadIdx.x + k];
-            s_hit[threadIdx.x] += s_hit[threadIdx.x + k];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        acc[0] += s_loss[0] / B;
-        acc[1] += s_loss[0];
-        acc[2] += s_hit[0];
-        acc[3] += 1;
-    }
-}
-
-/* out[i] = T(g[i] * f * (*ls)): the loss gradient scaled (out may be g) */
-template <typename T>
-__global__ void k_grad_prep(const float *g, T *out, size_t n, float f, const double *ls)
-{
-    const float k = ls ? f * (float)*ls : f;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = from_f<T>(g[i] * k);
-}
-
-/* db[j] += src[j]: an epilogue's bias gradient into the arena */
-template <typename T> __global__ void k_bias_add(float *db, const T *src, int n)
-{
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j < n)
-        db[j] += to_f<T>(src[j]);
-}
-
-/* db[j] += sum over the B rows of d (B x n), and, when act is given, d is
- * first zeroed where act (B x n) is not positive (the unfused ReLU gradient) */
-template <typename T>
-__global__ void k_bias_grad(T *d, const T *act, int n, int B, float *db)
-{
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= n)
-        return;
-    float s = 0;
-    for (int i = 0; i < B; i++) {
-        size_t k = (size_t)i * n + j;
-        float v = to_f<T>(d[k]);
-        if (act && !(to_f<T>(act[k]) > 0.0f)) {
-            v = 0.0f;
-            d[k] = from_f<T>(0.0f);
-        }
-        s += v;
-    }
-    db[j] += s;
-}
-
-} /* namespace */
+} plan_t;
 
 struct model {
     model_spec_t spec;
@@ -228,7 +105,7 @@ struct model {
     double *acc;               /* device (4,): the stats */
     double *hacc;              /* pinned (4,) */
     int B;                     /* samples of the last forward */
-    plan plans[kPlans];
+    plan_t plans[PLANS];
     int next_plan;
     char err[512];
 };
@@ -304,7 +181,7 @@ static float *db_of(model_t *m, int l)
     return dW_of(m, l) + (size_t)model_layer_out(&m->spec, l) * (size_t)model_layer_in(&m->spec, l);
 }
 
-static void plan_free(plan *p)
+static void plan_free(plan_t *p)
 {
     if (p->op)
         cublasLtMatmulDescDestroy(p->op);
@@ -341,16 +218,16 @@ typedef struct {
  * NULL with the reason in m->err (m->noalgo: none offered). The
  * heuristic excludes in-place (atomic) split-K reductions, so that a step is
  * bitwise repeatable, and is told the real pointer alignments. */
-static plan *plan_for(model_t *m, const gemm_t *g, int B)
+static plan_t *plan_for(model_t *m, const gemm_t *g, int B)
 {
-    for (int i = 0; i < kPlans; i++) {
-        plan *p = &m->plans[i];
+    for (int i = 0; i < PLANS; i++) {
+        plan_t *p = &m->plans[i];
         if (p->used && p->layer == g->layer && p->kind == g->kind && p->B == B &&
             p->epi == (int)g->epi)
             return p;
     }
-    plan *p = &m->plans[m->next_plan];
-    m->next_plan = (m->next_plan + 1) % kPlans;
+    plan_t *p = &m->plans[m->next_plan];
+    m->next_plan = (m->next_plan + 1) % PLANS;
     plan_free(p);
     int32_t ta = g->ta, tb = g->tb;
     cublasLtEpilogue_t epi = g->epi;
@@ -381,7 +258,7 @@ static plan *plan_for(model_t *m, const gemm_t *g, int B)
     cublasLtMatmulPreference_t pref = NULL;
     ok = ok && !lt(m, cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     if (ok) {
-        uint64_t wsb = kWorkspace;
+        uint64_t wsb = WORKSPACE;
         uint32_t red = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_INPLACE;
         uint32_t aa = align_of(g->A), ab = align_of(g->Bm), ad = align_of(g->D);
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
@@ -426,7 +303,7 @@ static plan *plan_for(model_t *m, const gemm_t *g, int B)
 
 static int gemm(model_t *m, const gemm_t *g, int B)
 {
-    plan *p = plan_for(m, g, B);
+    plan_t *p = plan_for(m, g, B);
     if (!p)
         return -1;
     /* the pointers may be other buffers of the same shape (the input slots) */
@@ -439,7 +316,7 @@ static int gemm(model_t *m, const gemm_t *g, int B)
                                              &g->aux, sizeof g->aux), "AUX_POINTER"))
         return -1;
     return lt(m, cublasLtMatmul(m->lt, p->op, &g->alpha, g->A, p->la, g->Bm, p->lb, &g->beta,
-                                g->D, p->lc, g->D, p->lc, &p->algo, m->ws, kWorkspace, m->s),
+                                g->D, p->lc, g->D, p->lc, &p->algo, m->ws, WORKSPACE, m->s),
               "cublasLtMatmul");
 }
 
@@ -465,56 +342,27 @@ static int gemm_or_plain(model_t *m, gemm_t *g, int B, int *fused)
     return gemm(m, g, B);
 }
 
-/* ------------------------------------------------------------------ typed launches */
+/* ------------------------------------------------------------------ kernels */
 static int launch_cast(model_t *m, const float *in, void *out, size_t n)
 {
-    if (m->where.precision == PRECISION_BF16)
-        k_cast<<<grid_for(n), kThreads, 0, m->s>>>(in, (__nv_bfloat16 *)out, n);
-    else
-        k_cast<<<grid_for(n), kThreads, 0, m->s>>>(in, (__half *)out, n);
-    return cu(m, cudaGetLastError(), "cast kernel");
+    return cu(m, mk_cast(in, out, m->ctype, n, m->s), "cast kernel");
 }
 
 static int launch_bias_act(model_t *m, void *y, cudaDataType_t t, const void *bias, int n, int B,
                            int relu)
 {
-    size_t total = (size_t)n * B;
-    if (t == CUDA_R_32F)
-        k_bias_act<<<grid_for(total), kThreads, 0, m->s>>>((float *)y, (const float *)bias, n,
-                                                           total, relu);
-    else if (t == CUDA_R_16BF)
-        k_bias_act<<<grid_for(total), kThreads, 0, m->s>>>(
-            (__nv_bfloat16 *)y, (const __nv_bfloat16 *)bias, n, total, relu);
-    else
-        k_bias_act<<<grid_for(total), kThreads, 0, m->s>>>((__half *)y, (const __half *)bias, n,
-                                                           total, relu);
-    return cu(m, cudaGetLastError(), "bias kernel");
+    return cu(m, mk_bias_act(y, bias, t, n, B, relu, m->s), "bias kernel");
 }
 
 static int launch_bias_add(model_t *m, float *db, const void *src, cudaDataType_t t, int n)
 {
-    unsigned g = (unsigned)((n + kThreads - 1) / kThreads);
-    if (t == CUDA_R_32F)
-        k_bias_add<<<g, kThreads, 0, m->s>>>(db, (const float *)src, n);
-    else if (t == CUDA_R_16BF)
-        k_bias_add<<<g, kThreads, 0, m->s>>>(db, (const __nv_bfloat16 *)src, n);
-    else
-        k_bias_add<<<g, kThreads, 0, m->s>>>(db, (const __half *)src, n);
-    return cu(m, cudaGetLastError(), "bias-gradient kernel");
+    return cu(m, mk_bias_add(db, src, t, n, m->s), "bias-gradient kernel");
 }
 
 static int launch_bias_grad(model_t *m, void *d, const void *act, cudaDataType_t t, int n, int B,
                             float *db)
 {
-    unsigned g = (unsigned)((n + kThreads - 1) / kThreads);
-    if (t == CUDA_R_32F)
-        k_bias_grad<<<g, kThreads, 0, m->s>>>((float *)d, (const float *)act, n, B, db);
-    else if (t == CUDA_R_16BF)
-        k_bias_grad<<<g, kThreads, 0, m->s>>>((__nv_bfloat16 *)d, (const __nv_bfloat16 *)act, n,
-                                              B, db);
-    else
-        k_bias_grad<<<g, kThreads, 0, m->s>>>((__half *)d, (const __half *)act, n, B, db);
-    return cu(m, cudaGetLastError(), "bias-gradient kernel");
+    return cu(m, mk_bias_grad(d, act, t, n, B, db, m->s), "bias-gradient kernel");
 }
 
 /* ------------------------------------------------------------------ the model */
@@ -528,7 +376,7 @@ static void cuda_destroy(model_t *m)
         cudaStreamSynchronize(m->copy);
         cudaStreamDestroy(m->copy);
     }
-    for (int i = 0; i < kPlans; i++)
+    for (int i = 0; i < PLANS; i++)
         plan_free(&m->plans[i]);
     if (m->lt)
         cublasLtDestroy(m->lt);
@@ -609,7 +457,7 @@ static model_t *cuda_create(const model_spec_t *s, const model_place_t *where, i
              !lt(m, cublasLtCreate(&m->lt), "cublasLtCreate") &&
              !cu(m, cudaStreamCreateWithFlags(&m->copy, cudaStreamNonBlocking),
                  "cudaStreamCreateWithFlags") &&
-             !dalloc(m, &m->ws, kWorkspace, "the cuBLASLt workspace");
+             !dalloc(m, &m->ws, WORKSPACE, "the cuBLASLt workspace");
     for (int k = 0; ok && k < 2; k++) {
         ok = !cu(m, cudaMallocHost((void **)&m->hx[k], B * s->inputs * sizeof(float)),
                  "cudaMallocHost") &&
@@ -830,9 +678,9 @@ static int cuda_forward(model_t *m)
             return -1;
         a = g.D;
     }
-    k_softmax_xent<<<1, kLossThreads, 0, m->s>>>(m->logits, m->dy[k], B, m->spec.classes, m->acc);
+    cudaError_t e = mk_softmax_xent(m->logits, m->dy[k], B, m->spec.classes, m->acc, m->s);
     m->B = B;
-    return cu(m, cudaGetLastError(), "loss kernel");
+    return cu(m, e, "loss kernel");
 }
 
 static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void *ctx)
@@ -845,19 +693,17 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
     cudaDataType_t dt = CUDA_R_32F;
     size_t n = (size_t)B * C;
     const double *ls = m->where.precision == PRECISION_FP16 ? m->where.loss_scale : NULL;
+    cudaError_t e;
     if (m->half) {
-        if (m->ctype == CUDA_R_16BF)
-            k_grad_prep<<<grid_for(n), kThreads, 0, m->s>>>(m->logits, (__nv_bfloat16 *)m->dbuf[0],
-                                                            n, (float)scale, ls);
-        else
-            k_grad_prep<<<grid_for(n), kThreads, 0, m->s>>>(m->logits, (__half *)m->dbuf[0], n,
-                                                            (float)scale, ls);
+        e = mk_grad_prep(m->logits, m->dbuf[0], m->ctype, n, (float)scale, ls, m->s);
         d = m->dbuf[0];
         dt = m->ctype;
     } else if (scale != 1.0 || ls) {
-        k_grad_prep<<<grid_for(n), kThreads, 0, m->s>>>(m->logits, m->logits, n, (float)scale, ls);
+        e = mk_grad_prep(m->logits, m->logits, CUDA_R_32F, n, (float)scale, ls, m->s);
+    } else {
+        e = cudaGetLastError();
     }
-    if (cu(m, cudaGetLastError(), "loss-gradient kernel"))
+    if (cu(m, e, "loss-gradient kernel"))
         return -1;
     int ping = m->half ? 1 : 0; /* the dbuf the next data gradient goes to */
     for (int l = m->nlayers - 1; l >= 0; l--) {
@@ -921,8 +767,6 @@ static int cuda_params_io(model_t *m, float *host, int to_model)
 }
 
 static const char *cuda_error(model_t *m) { return m->err; }
-
-extern "C" {
 
 const model_ops_t model_cuda_ops = {"cuda",       cuda_create,    cuda_destroy,
                                     cuda_upload,  cuda_forward,   cuda_backward,
@@ -1003,5 +847,3 @@ void model_cuda_close(void *stream)
         cudaStreamDestroy((cudaStream_t)stream);
     }
 }
-
-} /* extern "C" */

@@ -1,0 +1,75 @@
+/* model_cuda_kernels.h: the CUDA model's device code, callable from C
+ * (model_cuda_kernels.cu): the few kernels model_cuda.c runs around its
+ * cuBLASLt GEMMs (casts, the unfused bias/ReLU epilogues, the loss, the bias
+ * gradients). Each launcher enqueues one kernel on the stream given; nothing
+ * here synchronizes the host or allocates. The element type of a templated
+ * kernel is a cudaDataType_t: CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F, each
+ * converted to float for the arithmetic and back with round-to-nearest-even
+ * (__float2bfloat16_rn, __float2half_rn). A launcher returns
+ * cudaErrorInvalidValue for an unsupported type or a size out of range
+ * (nothing enqueued), else cudaGetLastError() after the launch. The host
+ * twins are tests/emu/kernels_model.c (--with-cuda=emulate). Matrices are
+ * row-major (B rows of n) as the model's activations; all pointers are
+ * device memory. */
+#ifndef TRAINER_MODEL_CUDA_KERNELS_H
+#define TRAINER_MODEL_CUDA_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <library_types.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Threads per block of every kernel but the loss, and the loss's one block. */
+#define MK_THREADS 256
+#define MK_LOSS_THREADS 1024
+
+/* out[i] = t(in[i]) for i in [0, n): in float32, out of type t.
+ * Grid-stride, MK_THREADS per block, ceil(n / MK_THREADS) blocks (at most
+ * 65535 * 8; one when n == 0, which computes nothing). */
+cudaError_t mk_cast(const float *in, void *out, cudaDataType_t t, size_t n, cudaStream_t s);
+
+/* The unfused forward epilogue: y (B rows of n, type t) += bias (n, type t)
+ * broadcast over the rows, computed in float and rounded once; then, if
+ * relu, every value that is not > 0 (NaN included) becomes 0. Grid-stride
+ * over n * B elements, as mk_cast. n >= 1, B >= 0. */
+cudaError_t mk_bias_act(void *y, const void *bias, cudaDataType_t t, int n, int B, int relu,
+                        cudaStream_t s);
+
+/* The loss, on one block of MK_LOSS_THREADS threads: for each row i of z
+ * (B x C float32), softmax, cross-entropy against label y[i] (in [0, C)),
+ * the argmax (the first maximum), and the row overwritten by its gradient
+ * (p - onehot(y[i])) / B. Thread t takes rows t, t + MK_LOSS_THREADS, ...
+ * summing its losses (double) in that order; then a tree over the threads
+ * (halving strides). acc (4 doubles): acc[0] += the mean loss, acc[1] +=
+ * the sum of losses, acc[2] += the hits, acc[3] += 1. B >= 1, C >= 1. */
+cudaError_t mk_softmax_xent(float *z, const int *y, int B, int C, double *acc, cudaStream_t s);
+
+/* The loss gradient scaled: out[i] = t(g[i] * k) for i in [0, n), with
+ * k = f * (float)*ls when ls (device, the dynamic loss scale) is given, else
+ * f; *ls is read on the stream. g float32, out of type t; out may be g
+ * (t == CUDA_R_32F). Grid-stride, as mk_cast. */
+cudaError_t mk_grad_prep(const float *g, void *out, cudaDataType_t t, size_t n, float f,
+                         const double *ls, cudaStream_t s);
+
+/* An epilogue's bias gradient into the arena: db[j] += float(src[j]) for j
+ * in [0, n): db float32, src of type t. One thread per j, MK_THREADS per
+ * block, ceil(n / MK_THREADS) blocks. n >= 1. */
+cudaError_t mk_bias_add(float *db, const void *src, cudaDataType_t t, int n, cudaStream_t s);
+
+/* The unfused bias gradient: db[j] += the sum over the B rows of d (B rows
+ * of n, type t) of column j, summed in float in row order from 0. When act
+ * (B x n, type t: the forward's ReLU output) is given, d is first zeroed
+ * (written back as 0) where act is not > 0, and those zeros are summed: the
+ * ReLU's gradient. db float32 (n). One thread per column, as mk_bias_add.
+ * n >= 1, B >= 0. */
+cudaError_t mk_bias_grad(void *d, const void *act, cudaDataType_t t, int n, int B, float *db,
+                         cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
