@@ -27,6 +27,15 @@ typedef struct op {
 cudaError_t emu_submit_fn(cudaStream_t s, const char *call, emu_fn fn, const void *arg,
                           size_t size, int flags);
 
+/* halfconv.c: bit patterns, and the GPU's round-to-nearest-even
+ * conversions (a NaN becomes 0x7fff; from_f16 keeps a NaN's payload). */
+float emu_bits_f(uint32_t u);
+uint32_t emu_f_bits(float f);
+uint16_t emu_to_bf16(float x);
+uint16_t emu_to_f16(float x);
+float emu_from_f16(uint16_t h);
+float emu_from_bf16(uint16_t h);
+
 /* nccl.c: collectives enqueued and not ended on live communicators (no
  * allocation while non-zero), and the hooks around an OP_COLLECTIVE
  * operation, whose argument starts with its communicator. */

@@ -8,7 +8,7 @@
  * arguments taken at launch (a graph replays them). The GPU is the only
  * evidence for the kernels themselves; these prove what calls them. */
 #include "cuda_kernels.h"
-#include "emu.h"
+#include "emu_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -172,56 +172,31 @@ EMU_API cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t 
 
 /* ------------------------------------------------------------------ wire compression */
 
-static float bits_f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint32_t f_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 /* x * s as the CPU multiplies, a NaN operand quieted with its payload */
 static float mul_like_cpu(float x, float s)
 {
-    uint32_t u = f_bits(x);
+    uint32_t u = emu_f_bits(x);
     if ((u & 0x7fffffffu) > 0x7f800000u)
-        return bits_f(u | 0x400000u);
+        return emu_bits_f(u | 0x400000u);
     return x * s;
 }
 
+/* half.c's conversions (the wire's): a NaN keeps its payload (bf16) or
+ * becomes sign | 0x7e00 (f16) as on the CPU; the rest rounds as the GPU */
 static uint16_t to_bf16(float x)
 {
-    uint32_t u = f_bits(x);
+    uint32_t u = emu_f_bits(x);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    return emu_to_bf16(x);
 }
 
 static uint16_t to_f16(float x)
 {
-    uint32_t u = f_bits(x);
+    uint32_t u = emu_f_bits(x);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)(((u >> 16) & 0x8000u) | 0x7e00u);
-    _Float16 h = (_Float16)x; /* round to nearest even, subnormals kept */
-    uint16_t r;
-    memcpy(&r, &h, 2);
-    return r;
-}
-
-static float from_f16(uint16_t h)
-{
-    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
-        return bits_f(((uint32_t)(h & 0x8000u) << 16) | 0x7f800000u | ((uint32_t)(h & 0x3ffu) << 13));
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
+    return emu_to_f16(x);
 }
 
 typedef struct {
@@ -246,7 +221,7 @@ static void run_unpack(void *arg)
 {
     const half_t *a = arg;
     for (size_t i = 0; i < a->n; i++)
-        a->x[i] = a->f16 ? from_f16(a->w[i]) : bits_f((uint32_t)a->w[i] << 16);
+        a->x[i] = a->f16 ? emu_from_f16(a->w[i]) : emu_from_bf16(a->w[i]);
 }
 
 static void run_scale(void *arg)

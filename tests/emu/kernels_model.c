@@ -11,75 +11,13 @@
  * the loss agrees to rounding, not bit for bit. The GPU is the only
  * evidence for the kernels themselves; these prove what calls them. */
 #include "model_cuda_kernels.h"
-#include "emu.h"
+#include "emu_internal.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ element types */
-
-static float bits_f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint32_t f_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-/* float -> bfloat16, round to nearest even; NaN -> 0x7fff */
-static uint16_t to_bf16(float x)
-{
-    uint32_t u = f_bits(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return 0x7fffu;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-/* float -> IEEE half, round to nearest even, subnormals kept; NaN -> 0x7fff.
- * By hand, not _Float16 (clang < 15 lacks it on x86-64); checked against
- * gcc's _Float16 conversion for all 2^32 floats. */
-static uint16_t to_f16(float x)
-{
-    const uint32_t u = f_bits(x), a = u & 0x7fffffffu;
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    if (a > 0x7f800000u)
-        return 0x7fffu;
-    if (a >= 0x477ff000u) /* from 65520, half-way to 65536: infinity */
-        return sign | 0x7c00u;
-    if (a >= 0x38800000u) { /* a normal half: rebias, round off 13 bits */
-        const uint32_t m = a - 0x38000000u;
-        return sign | (uint16_t)((m + 0xfffu + ((m >> 13) & 1u)) >> 13);
-    }
-    if (a < 0x33000000u) /* below 2^-25, half the least subnormal: zero */
-        return sign;
-    /* a subnormal half: k * 2^-24 */
-    const uint32_t e = a >> 23, mant = (a & 0x7fffffu) | 0x800000u, shift = 126u - e;
-    const uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    uint32_t k = mant >> shift;
-    if (rem > half || (rem == half && (k & 1u)))
-        k++;
-    return sign | (uint16_t)k;
-}
-
-/* IEEE half -> float, exact; a NaN keeps its payload */
-static float from_f16(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu)
-        return bits_f(sign | 0x7f800000u | m << 13);
-    if (e)
-        return bits_f(sign | (e + 112u) << 23 | m << 13);
-    const float v = (float)m * 0x1p-24f; /* subnormal or zero */
-    return sign ? -v : v;
-}
 
 static int type_ok(cudaDataType_t t)
 {
@@ -94,7 +32,7 @@ static float get(const void *p, cudaDataType_t t, size_t i)
     if (t == CUDA_R_32F)
         return ((const float *)p)[i];
     uint16_t h = ((const uint16_t *)p)[i];
-    return t == CUDA_R_16BF ? bits_f((uint32_t)h << 16) : from_f16(h);
+    return t == CUDA_R_16BF ? emu_bits_f((uint32_t)h << 16) : emu_from_f16(h);
 }
 
 /* element i of p (type t) = v, rounded */
@@ -103,7 +41,7 @@ static void put(void *p, cudaDataType_t t, size_t i, float v)
     if (t == CUDA_R_32F)
         ((float *)p)[i] = v;
     else
-        ((uint16_t *)p)[i] = t == CUDA_R_16BF ? to_bf16(v) : to_f16(v);
+        ((uint16_t *)p)[i] = t == CUDA_R_16BF ? emu_to_bf16(v) : emu_to_f16(v);
 }
 
 /* ------------------------------------------------------------------ the twins */

@@ -5,7 +5,8 @@
 # the tests share one emulated device. Built with -ffp-contract=off: the
 # kernels' twins round each operation as the kernels do.
 EMU_SOURCES = tests/emu/emu.h tests/emu/emu_internal.h tests/emu/cudart.c tests/emu/nccl.c \
-	tests/emu/kernels_ddp.c tests/emu/kernels_model.c tests/emu/cublaslt.c
+	tests/emu/kernels_ddp.c tests/emu/kernels_model.c tests/emu/cublaslt.c \
+	tests/emu/halfconv.c
 EXTRA_DIST += $(EMU_SOURCES) tests/emu/local.mk tests/emu/check_emu_lt.c
 if CUDA_EMULATE
 noinst_LTLIBRARIES += tests/emu/libddpc-emu.la

@@ -105,38 +105,10 @@ static size_t type_size(ncclDataType_t t)
     }
 }
 
-static float bf16_to_f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t f_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);       /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-static float f16_to_f(uint16_t h)
-{
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
-}
-
-static uint16_t f_to_f16(float f)
-{
-    _Float16 x = (_Float16)f;
-    uint16_t h;
-    memcpy(&h, &x, 2);
-    return h;
-}
+#define bf16_to_f emu_from_bf16
+#define f_to_bf16 emu_to_bf16
+#define f16_to_f emu_from_f16
+#define f_to_f16 emu_to_f16
 
 #define HALF_OP(NAME, CONV_IN, CONV_OUT, EXPR)                                           \
     static void NAME(void *in, void *io, int *len, MPI_Datatype *dt)                     \
