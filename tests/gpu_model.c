@@ -205,6 +205,9 @@ int main(void)
         printf("gpu_model: skipped: no usable CUDA device\n");
         return 77;
     }
+    struct cudaDeviceProp prop; /* "(emulated)" in the name under the emulation */
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        printf("gpu_model: on %s\n", prop.name);
     void *stream;
     char err[256];
     if (model_cuda_open(0, &stream, err, sizeof err)) {

@@ -399,6 +399,9 @@ int main(int argc, char **argv)
                cudaGetErrorString(ce != cudaSuccess ? ce : cudaErrorNoDevice));
         return 77;
     }
+    struct cudaDeviceProp prop; /* "(emulated)" in the name under the emulation */
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        printf("gpu_optim: on %s\n", prop.name);
 
     ddpc_t rt = NULL;
     ddpc_status_t st = ddpc_init(NULL, &argc, &argv, &rt);

@@ -245,6 +245,9 @@ static inline int gpu_test_main(const char *name, int argc, char **argv, void (*
     }
     if (!on_host) {
         OK(ddpc_device_select(rt, &device));
+        struct cudaDeviceProp prop; /* "(emulated)" in the name under the emulation */
+        if (rank == 0 && cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+            printf("%s: %d rank(s), rank 0 on %s\n", prog, size, prop.name);
         CU(cudaStreamCreateWithFlags(&strm, cudaStreamNonBlocking));
     }
 
