@@ -310,8 +310,9 @@ static ncclResult_t in_progress(struct ncclComm *c)
 {
     if (c->blocking)
         return ncclSuccess;
-    c->polls = (int)emu_rand(4);
-    return c->polls ? ncclInProgress : ncclSuccess;
+    int n = (int)emu_rand(4);
+    __atomic_store_n(&c->polls, n, __ATOMIC_SEQ_CST);
+    return n ? ncclInProgress : ncclSuccess;
 }
 
 static ncclResult_t check_comm(struct ncclComm *c, const char *call)
@@ -320,7 +321,7 @@ static ncclResult_t check_comm(struct ncclComm *c, const char *call)
         emu_violation("%s: %p is not a live NCCL communicator", call, (void *)c);
         return ncclInvalidArgument;
     }
-    if (c->polls > 0) {
+    if (__atomic_load_n(&c->polls, __ATOMIC_SEQ_CST) > 0) {
         emu_violation("%s on a non-blocking communicator whose previous call still answers "
                       "ncclInProgress: poll ncclCommGetAsyncError until ncclSuccess first", call);
         return ncclInvalidUsage;
@@ -546,8 +547,11 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
         *err = a;
         return ncclSuccess;
     }
-    if (c->polls > 0) {
-        c->polls--;
+    int left = __atomic_load_n(&c->polls, __ATOMIC_SEQ_CST); /* the watchdog polls too */
+    while (left > 0 && !__atomic_compare_exchange_n(&c->polls, &left, left - 1, 0,
+                                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        ;
+    if (left > 0) {
         *err = ncclInProgress;
         return ncclSuccess;
     }
