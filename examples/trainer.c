@@ -421,6 +421,34 @@ static int open_checkpoints(trainer_t *t)
     return 0;
 }
 
+/* After a load: this run's options against the checkpoint's. The library
+ * restored the checkpoint's learning rate with the optimizer's state (a
+ * program with a schedule wants that); this program's rate is its --lr
+ * (given or the default), constant, so it is set again, as the library keeps
+ * this run's momentum and weight decay. Every rank holds the same values. */
+static void resume_options(trainer_t *t, const char *path)
+{
+    const options_t *o = &t->opt;
+    double lr = ddpc_optim_config(t->optim)->lr;
+    if (lr != o->lr) {
+        if (t->rank == 0)
+            ddpc_log(t->rt, DDPC_LOG_WARN, "trainer: %s was saved with --lr %g; continuing with "
+                     "--lr %g", path, lr, o->lr);
+        ddpc_optim_set_lr(t->optim, o->lr);
+    }
+    /* the data position is in samples: another batch or accumulation goes on
+       from the same sample, but the steps are no longer those of the saved run */
+    static const char *const names[] = {"batch-size", "grad-accum"};
+    const char *attrs[] = {"trainer_batch_size", "trainer_grad_accum"};
+    const double here[] = {o->batch_size, o->grad_accum};
+    for (int i = 0; i < 2 && t->rank == 0; i++) {
+        double v;
+        if (ddpc_ckpt_get_user_attr_double(t->ckpt, attrs[i], &v) == DDPC_OK && v != here[i])
+            ddpc_log(t->rt, DDPC_LOG_WARN, "trainer: %s was saved with --%s %g; continuing with "
+                     "--%s %g", path, names[i], v, names[i], here[i]);
+    }
+}
+
 /* Collective: --resume. Parameters, optimizer state and the data position
  * come back from rank 0's read of the file; the loader is positioned so that
  * the next batch is the one the saved run would have drawn next. */
@@ -473,6 +501,7 @@ static int resume(trainer_t *t)
            "done (saved by %d rank(s))\n",
         path, (long long)t->step, (unsigned long long)s.epoch + 1,
         (unsigned long long)s.consumed, (unsigned long long)s.dataset_size, m.world_size);
+    resume_options(t, path);
     return 0;
 }
 

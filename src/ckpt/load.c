@@ -218,8 +218,9 @@ static ddpc_status_t check_optim(ddpc_ckpt_t ck, hid_t f, const char *file, head
                       "was given (create the checkpoint handle without it to load the parameters "
                       "only)", file, mine);
     static const char *const names[] = {"momentum", "dampening", "weight_decay",
-                                        "beta1",    "beta2",     "eps"};
-    const double here[] = {c->momentum, c->dampening, c->weight_decay, c->beta1, c->beta2, c->eps};
+                                        "beta1",    "beta2",     "eps", "clip_norm"};
+    const double here[] = {c->momentum, c->dampening, c->weight_decay, c->beta1,
+                           c->beta2,    c->eps,       c->clip_norm};
     double v;
     ddpc_status_t st = DDPC_OK;
     if (ck_attr_get_str(g, "type", type, sizeof type) < 0 ||
@@ -241,7 +242,7 @@ static ddpc_status_t check_optim(ddpc_ckpt_t ck, hid_t f, const char *file, head
     else if (strcmp(type, mine))
         st = ck_err(ck, DDPC_ERR_MISMATCH, "%s holds %s optimizer state, but the optimizer is %s",
                     file, type, mine);
-    for (int i = 0; st == DDPC_OK && i < 6; i++)
+    for (int i = 0; st == DDPC_OK && i < (int)(sizeof names / sizeof names[0]); i++)
         if (ck_attr_get(g, names[i], H5T_NATIVE_DOUBLE, &v) == 0 && v != here[i])
             ddpc_log(ck->rt, DDPC_LOG_WARN, "ckpt: %s was saved with %s %g; continuing with %g",
                      file, names[i], v, here[i]);
