@@ -3,7 +3,8 @@
  * ranks of an mpiexec or srun launch: every rank holds a replica, reads its
  * shard of each epoch through ddpc's sampler and loader, and ddpc's DDP
  * engine averages the gradients while backward runs. Checkpoints, resume
- * and preemption (SIGUSR1/SIGTERM -> checkpoint -> exit 3) make it restartable
+ * and preemption (SIGUSR1/SIGTERM -> checkpoint -> exit 3; SIGINT -> checkpoint
+ * -> exit 130) make it restartable
  * under Slurm. doc/trainer.md is the user's guide.
  *
  * Reading order: main() at the bottom, then train_epoch() and step().
@@ -40,10 +41,20 @@
 #define GRAPH_WARMUP 3
 
 /* ------------------------------------------------------------------ signals */
-/* Set by the handler, read at step boundaries: the only thing the handler does. */
+/* Set by the handler, read at step boundaries: the only thing the handler does.
+ * SIGINT (Ctrl-C) stops like a preemption (checkpoint) but exits 130, not 3:
+ * the user stopped the run, a requeue-on-3 script must not start it again.
+ * Of several signals the numerically highest is kept, on every rank (the
+ * vote's MAX): SIGTERM (15) and SIGUSR1 (10) outrank SIGINT (2), so a job
+ * that Slurm preempts while a user presses Ctrl-C is still requeued. The
+ * handlers block each other (sa_mask), so the compare and store is safe. */
 static volatile sig_atomic_t stop_signal = 0;
 
-static void on_stop_signal(int sig) { stop_signal = sig; }
+static void on_stop_signal(int sig)
+{
+    if (sig > stop_signal)
+        stop_signal = sig;
+}
 
 /* Installed before MPI_Init, on purpose: MPICH installs a SIGUSR1 handler of
  * its own there (hydra's process-failure notification) and it calls the
@@ -56,9 +67,17 @@ static void install_signal_handlers(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGUSR1);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGINT);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* SIGINT ignored at start (`nohup`, a background job of a script) stays
+       ignored, as the shells and Python keep it */
+    struct sigaction old;
+    if (sigaction(SIGINT, NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+        sigaction(SIGINT, &sa, NULL);
 }
 
 /* ------------------------------------------------------------------ BLAS threads */
@@ -126,6 +145,7 @@ typedef struct {
     int64_t saved_step;             /* step of the last checkpoint written or read (-1: none) */
     ddpc_work_t vote;               /* the stop vote in flight (see stop_vote) */
     int32_t vote_in, vote_out;      /* its buffers: this rank's signal, the max over ranks */
+    int stopped_by;                 /* the signal the vote stopped on (0: none) */
     /* this run */
     int64_t steps_per_epoch;        /* optimizer steps of a full epoch */
     int64_t log_every;
@@ -724,8 +744,10 @@ static int stop_vote(trainer_t *t)
     if (t->step % t->opt.stop_check_every)
         return 0;
     int any = finish_vote(t);
-    if (any)
+    if (any) {
+        t->stopped_by = any;
         return any;
+    }
     t->vote_in = stop_signal;
     if (ddpc_iallreduce(t->comm, &t->vote_in, &t->vote_out, 1, DDPC_I32, DDPC_MAX, &t->vote) !=
         DDPC_OK)
@@ -1027,16 +1049,25 @@ int main(int argc, char **argv)
     if (how != RUN_STOPPED)
         finish_vote(t); /* training is complete: a signal now changes nothing */
     if (how == RUN_STOPPED) {
-        say(t, "trainer: stop signal: stopping at step %lld (epoch %llu)\n", (long long)t->step,
-            (unsigned long long)t->epoch + 1);
+        const int intr = t->stopped_by == SIGINT;
+        say(t, "trainer: stop signal%s: stopping at step %lld (epoch %llu)\n",
+            intr ? " (SIGINT)" : "", (long long)t->step, (unsigned long long)t->epoch + 1);
         if (save_checkpoint(t, "stop signal", 1))
             goto out;
         if (!t->ckpt || !o->ckpt_dir)
             say(t, "trainer: no checkpoint written (--ckpt-dir none)\n");
-        metric(t, "{\"event\":\"preempted\",\"epoch\":%llu,\"step\":%lld}",
-               (unsigned long long)t->epoch + 1, (long long)t->step);
-        say(t, "trainer: preempted: exit %d (requeue to continue)\n", TRAINER_EXIT_PREEMPTED);
-        code = TRAINER_EXIT_PREEMPTED;
+        metric(t, "{\"event\":\"%s\",\"epoch\":%llu,\"step\":%lld}",
+               intr ? "interrupted" : "preempted", (unsigned long long)t->epoch + 1,
+               (long long)t->step);
+        if (intr) {
+            say(t, "trainer: interrupted (SIGINT): exit %d (rerun the same command to "
+                "continue)\n", TRAINER_EXIT_INTERRUPTED);
+            code = TRAINER_EXIT_INTERRUPTED;
+        } else {
+            say(t, "trainer: preempted: exit %d (requeue to continue)\n",
+                TRAINER_EXIT_PREEMPTED);
+            code = TRAINER_EXIT_PREEMPTED;
+        }
         goto out;
     }
     if (save_checkpoint(t, "end", 1))
