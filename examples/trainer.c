@@ -137,6 +137,7 @@ typedef struct {
     ddpc_loader_t loader;
     ddpc_ckpt_t ckpt;               /* NULL: no checkpoints */
     FILE *metrics;
+    int metrics_errno;              /* the first write error of --metrics (0: none) */
     char err[1024];                 /* this rank's failure, said by fail() */
     /* where training stands (what a checkpoint saves, with the sampler state) */
     uint64_t epoch;                 /* current epoch, 0-based */
@@ -227,6 +228,17 @@ static void say(trainer_t *t, const char *fmt, ...)
     fflush(stdout);
 }
 
+/* --metrics could not be written (errno e): said once; the exit becomes 1 */
+static void metrics_failed(trainer_t *t, int e)
+{
+    if (t->metrics_errno)
+        return;
+    t->metrics_errno = e ? e : EIO;
+    fprintf(stderr, "trainer[rank 0/%d %s]: warning: --metrics \"%s\": cannot write: %s; "
+            "training goes on, and a run that completes exits 1\n", t->size, t->w->host, t->opt.metrics,
+            strerror(t->metrics_errno));
+}
+
 /* one JSON object per line, rank 0, flushed so that a killed job keeps it */
 static void metric(trainer_t *t, const char *fmt, ...)
 #ifdef __GNUC__
@@ -239,10 +251,15 @@ static void metric(trainer_t *t, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(t->metrics, fmt, ap);
+    errno = 0;
+    int bad = vfprintf(t->metrics, fmt, ap) < 0;
     va_end(ap);
-    fputc('\n', t->metrics);
-    fflush(t->metrics);
+    bad |= fputc('\n', t->metrics) == EOF;
+    bad |= fflush(t->metrics) != 0;
+    if (bad || ferror(t->metrics)) {
+        metrics_failed(t, errno);
+        clearerr(t->metrics);
+    }
 }
 
 /* s as a JSON string literal, quotes included */
@@ -1089,8 +1106,14 @@ int main(int argc, char **argv)
     code = TRAINER_EXIT_OK;
 
 out:
-    if (t->metrics)
-        fclose(t->metrics);
+    if (t->metrics && fclose(t->metrics) != 0)
+        metrics_failed(t, errno);
+    if (t->metrics_errno) { /* a completed run exits 1; a stopped one keeps 3 or 130 */
+        if (code == TRAINER_EXIT_OK)
+            code = TRAINER_EXIT_ERROR;
+        fprintf(stderr, "trainer[rank 0/%d %s]: --metrics \"%s\": incomplete (%s): exit %d\n",
+                t->size, t->w->host, o->metrics, strerror(t->metrics_errno), code);
+    }
     ddpc_loader_destroy(t->loader);
     ddpc_sampler_destroy(t->sampler);
     ddpc_idx_close(t->train);
