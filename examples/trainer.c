@@ -193,6 +193,19 @@ static int agree(trainer_t *t, int rc)
     return any ? -1 : 0;
 }
 
+/* agree() for a check that every rank makes of the same thing (the data
+ * files, a shared directory): when rank 0 failed, only rank 0 says why (the
+ * others would say the same); else every failing rank does. */
+static int agree_same(trainer_t *t, int rc)
+{
+    int32_t mine[2] = {rc != 0, t->rank == 0 && rc != 0}, any[2] = {0, 0};
+    if (ddpc_allreduce(t->comm, mine, any, 2, DDPC_I32, DDPC_MAX) != DDPC_OK)
+        ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
+    if (mine[0] && (t->rank == 0 || !any[1]))
+        fprintf(stderr, "%s\n", t->err[0] ? t->err : "trainer: failed (no message)");
+    return any[0] ? -1 : 0;
+}
+
 /* A failure in the middle of a step cannot be agreed on (the other ranks are
  * in a collective): end the job with the message. */
 static void fatal(trainer_t *t, const char *what, const char *msg)
@@ -326,14 +339,17 @@ static int open_data(trainer_t *t)
     c.world = t->size;
     const char *splits[2] = {"train", "t10k"};
     ddpc_idx_t *ds[2] = {&t->train, &t->test};
+    struct stat sb;
+    const char *hint = strcmp(t->opt.data, TRAINER_DEFAULT_DATA)
+                           ? ""
+                           : "; install Debian's dataset-fashion-mnist or pass --data DIR";
+    if (stat(t->opt.data, &sb) != 0)
+        return fail(t, "--data \"%s\": not a directory: %s%s", t->opt.data, strerror(errno),
+                    hint);
+    if (!S_ISDIR(sb.st_mode))
+        return fail(t, "--data \"%s\": not a directory: a %s (give the directory that holds "
+                    "the idx files)", t->opt.data, S_ISREG(sb.st_mode) ? "regular file" : "special file");
     for (int i = 0; i < 2; i++) {
-        struct stat sb;
-        if (stat(t->opt.data, &sb) || !S_ISDIR(sb.st_mode))
-            return fail(t, "--data \"%s\": not a directory (%s)%s", t->opt.data,
-                        errno ? strerror(errno) : "not a directory",
-                        strcmp(t->opt.data, TRAINER_DEFAULT_DATA)
-                            ? ""
-                            : "; install Debian's dataset-fashion-mnist or pass --data DIR");
         if (ddpc_idx_default_paths(t->opt.data, splits[i], img, lab, sizeof img))
             return fail(t, "--data \"%s\": path too long", t->opt.data);
         if (ddpc_idx_open(img, lab, &c, ds[i]) != DDPC_OK)
@@ -988,7 +1004,7 @@ int main(int argc, char **argv)
 #endif
 
     int threads = dev == DEVICE_CPU ? set_blas_threads(o->threads, t->w->local_size) : 0;
-    if (agree(t, open_data(t)) || agree(t, build_model(t)))
+    if (agree_same(t, open_data(t)) || agree(t, build_model(t)))
         goto out;
     if (ddpc_ddp_build(t->ddp) != DDPC_OK) { /* collective: fails on all ranks together */
         if (t->rank == 0)

@@ -1,5 +1,7 @@
 #!/bin/sh
 # trainer-errors.sh: errors of the trainer's files, each said once and clearly:
+#  - --data given a regular file or a missing path: one message, no stray errno text
+#  - an uncompressed data file that exists but cannot be read: its own error, not the .gz's
 #  - --metrics on a full device (/dev/full): a warning once, exit 1 at the end
 . "$(dirname "$0")/lib.sh"
 TRAINER="$top_builddir/trainer"
@@ -18,4 +20,39 @@ if [ -w /dev/full ]; then
     echo "ok: --metrics /dev/full: one warning, the final line, exit 1"
 else
     echo "no /dev/full here: the metrics write error is not tested"
+fi
+
+# --- --data given a regular file: one message, the same on every run, no
+# errno text of something else
+: >"$TMP/plain"
+expect_fail_msg "--data \"$TMP/plain\": not a directory: a regular file" mpirun_t 2 "$TRAINER" $COMMON \
+    --ckpt-dir none --data "$TMP/plain"
+[ "$(grep -c -- '--data' "$TMP/out")" -eq 1 ] || { cat "$TMP/out"; fail "--data FILE: not one message"; }
+expect_fail_msg "--data \"$TMP/none\": not a directory: No such file or directory" mpirun_t 2 "$TRAINER" \
+    $COMMON --ckpt-dir none --data "$TMP/none"
+[ "$(grep -c -- '--data' "$TMP/out")" -eq 1 ] || { cat "$TMP/out"; fail "--data MISSING: not one message"; }
+
+# --- an uncompressed data file that exists but cannot be read: its own error
+# is said, not that of the .gz tried in its place. As root a chmod 000 file
+# can still be read, so the trainer runs as nobody (setpriv) there.
+as=
+if [ "$(id -u)" -eq 0 ]; then
+    if command -v setpriv >/dev/null && id nobody >/dev/null 2>&1; then
+        as="setpriv --reuid=nobody --regid=$(id -g nobody) --clear-groups"
+        chmod 711 "$TMP"
+    fi
+fi
+if [ "$(id -u)" -ne 0 ] || [ -n "$as" ]; then
+    nd="$TMP/unreadable"
+    mkdir -m 755 "$nd"
+    for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+        : >"$nd/$f"
+        chmod 000 "$nd/$f"
+    done
+    # one process, no launcher (MPI's singleton): what runs as nobody is the trainer only
+    expect_fail_msg "cannot open idx3-ubyte images file \"$nd/train-images-idx3-ubyte\": Permission denied" \
+        timeout -k 5 "$TEST_TIMEOUT" $as "$TRAINER" $COMMON --ckpt-dir none --data "$nd"
+    if grep -q '\.gz' "$TMP/out"; then cat "$TMP/out"; fail "the message names a .gz file that does not exist"; fi
+else
+    echo "SKIP (part): root without setpriv or a nobody user: an unreadable file cannot be made"
 fi
