@@ -1044,6 +1044,12 @@ int main(int argc, char **argv)
      * broadcast below, and an allocation then can deadlock */
     if (agree(t, open_checkpoints(t)))
         goto out;
+    /* a directory the run cannot write to ends it now, not at the first save */
+    if (t->ckpt && o->ckpt_dir && ddpc_ckpt_prepare(t->ckpt) != DDPC_OK) {
+        if (t->rank == 0)
+            fprintf(stderr, "%s\n", ddpc_ckpt_last_error(t->ckpt));
+        goto out;
+    }
     /* where to start: rank 0's initial parameters everywhere, or a checkpoint */
     if (ddpc_ddp_broadcast_params(t->ddp) != DDPC_OK) {
         if (t->rank == 0)

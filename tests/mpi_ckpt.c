@@ -464,11 +464,9 @@ START_TEST(write_errors_reach_every_rank)
         float *before = malloc(n * sizeof *p);
         memcpy(before, p, n * sizeof *p);
         uint64_t steps = ddpc_optim_steps(m.opt);
+        /* async too: the first save makes and checks the directory before
+           the snapshot (ddpc_ckpt_prepare), so its failure is the save's own */
         ddpc_status_t st = ddpc_ckpt_save(m.ck, NULL);
-        if (async) {
-            ck_assert_int_eq(st, DDPC_OK); /* the snapshot worked; the write fails later */
-            st = ddpc_ckpt_wait(m.ck);
-        }
         ck_assert_int_eq(st, DDPC_ERR_IO);
         const char *e = ddpc_ckpt_last_error(m.ck);
         ck_assert_msg(strstr(e, "a-file/ckpt") && strstr(e, "Not a directory"), "%s", e);

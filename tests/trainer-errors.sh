@@ -3,6 +3,8 @@
 #  - --data given a regular file or a missing path: one message, no stray errno text
 #  - an uncompressed data file that exists but cannot be read: its own error, not the .gz's
 #  - --metrics on a full device (/dev/full): a warning once, exit 1 at the end
+#  - a checkpoint directory that cannot be written (a dangling link, a file in
+#    its path, read-only): exit 1 at the start, before training
 . "$(dirname "$0")/lib.sh"
 TRAINER="$top_builddir/trainer"
 need_fmnist
@@ -55,4 +57,28 @@ if [ "$(id -u)" -ne 0 ] || [ -n "$as" ]; then
     if grep -q '\.gz' "$TMP/out"; then cat "$TMP/out"; fail "the message names a .gz file that does not exist"; fi
 else
     echo "SKIP (part): root without setpriv or a nobody user: an unreadable file cannot be made"
+fi
+
+# --- a checkpoint directory that cannot be written is refused at the start,
+# before any training (it used to be found at the first save, after training
+# with --ckpt-every 0): a dangling symbolic link named as such, and a
+# directory where no file can be created
+ln -s "$TMP/nowhere" "$TMP/dangling"
+expect_fail_msg "checkpoint directory \"$TMP/dangling\" is a dangling symbolic link \\(to \"$TMP/nowhere\"" \
+    mpirun_t 2 "$TRAINER" $COMMON --ckpt-every 0 --ckpt-dir "$TMP/dangling"
+if grep -q '^epoch ' "$TMP/out"; then cat "$TMP/out"; fail "dangling --ckpt-dir: it trained first"; fi
+[ "$(grep -c 'dangling symbolic link' "$TMP/out")" -eq 1 ] || { cat "$TMP/out"; fail "dangling --ckpt-dir: not one message"; }
+mpirun_t 1 "$TRAINER" $COMMON --ckpt-dir "$TMP/dangling" >/dev/null 2>&1; rc=$?
+[ $rc -eq 1 ] || fail "dangling --ckpt-dir: exit $rc, expected 1"
+: >"$TMP/afile"
+expect_fail_msg "cannot create the checkpoint directory \"$TMP/afile/ck\": Not a directory" \
+    mpirun_t 2 "$TRAINER" $COMMON --ckpt-every 0 --ckpt-dir "$TMP/afile/ck"
+if grep -q '^epoch ' "$TMP/out"; then cat "$TMP/out"; fail "--ckpt-dir under a file: it trained first"; fi
+if [ "$(id -u)" -ne 0 ] || [ -n "$as" ]; then
+    mkdir -m 555 "$TMP/ro"
+    expect_fail_msg "checkpoint directory \"$TMP/ro\" is not writable: cannot create a file in it: Permission denied" \
+        timeout -k 5 "$TEST_TIMEOUT" $as "$TRAINER" $COMMON --ckpt-every 0 --ckpt-dir "$TMP/ro"
+    if grep -q '^epoch ' "$TMP/out"; then cat "$TMP/out"; fail "read-only --ckpt-dir: it trained first"; fi
+else
+    echo "SKIP (part): root without setpriv or a nobody user: a directory root cannot write cannot be made"
 fi
