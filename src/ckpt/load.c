@@ -362,6 +362,28 @@ static ddpc_status_t check_file(ddpc_ckpt_t ck, hid_t f, const char *file, const
     return st;
 }
 
+/* Rank 0, after a load from the directory: the candidates skipped for the
+ * one loaded (all newer than it) are moved aside as <file>.corrupt, so that
+ * retention (--keep) counts valid checkpoints only and a later load does not
+ * try them again. Never deleted: they are for a person to look at. Only once
+ * a valid one was loaded: a directory where every file is bad stays as it is
+ * (the load fails, and so does the next one, the same way). */
+static void move_aside(ddpc_ckpt_t ck, const r0_t *r)
+{
+    if (r->want)
+        return;
+    for (int i = 0; i + 1 < r->next; i++) {
+        char to[CK_FILE_MAX + 16];
+        snprintf(to, sizeof to, "%s.corrupt", r->cands[i]);
+        if (rename(r->cands[i], to) == 0)
+            ddpc_log(ck->rt, DDPC_LOG_WARN, "ckpt: moved %s aside to %s (not a valid checkpoint: "
+                     "not loaded, not counted for keep; remove it once looked at)", r->cands[i], to);
+        else
+            ddpc_log(ck->rt, DDPC_LOG_WARN, "ckpt: cannot move the invalid %s aside to %s: %s",
+                     r->cands[i], to, strerror(errno));
+    }
+}
+
 /* Rank 0: the candidate just tried is bad (ck->err says why): warn, go on. */
 static void skip(ddpc_ckpt_t ck, r0_t *r)
 {
@@ -673,6 +695,8 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
         }
         if (st == DDPC_OK && (st = ck_shadow_push(ck)) == DDPC_OK) { /* device: to the arenas */
             apply(ck, h, meta, loaded, n);
+            if (ck->rank == 0)
+                move_aside(ck, &r);
             break;
         }
         if (!retry)
