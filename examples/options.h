@@ -14,7 +14,9 @@ enum {
     TRAINER_EXIT_OK = 0,        /* trained to the end */
     TRAINER_EXIT_ERROR = 1,     /* something failed; a message says what */
     TRAINER_EXIT_USAGE = 2,     /* bad command line */
-    TRAINER_EXIT_PREEMPTED = 3  /* a SIGUSR1/SIGTERM stopped it after a checkpoint */
+    TRAINER_EXIT_PREEMPTED = 3, /* a SIGUSR1/SIGTERM stopped it after a checkpoint */
+    TRAINER_EXIT_INTERRUPTED = 130 /* a SIGINT (Ctrl-C) stopped it after a checkpoint:
+                                      128 + SIGINT, what a shell reports; not requeued */
 };
 
 #define TRAINER_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"

@@ -3,7 +3,8 @@
  * ranks of an mpiexec or srun launch: every rank holds a replica, reads its
  * shard of each epoch through ddpc's sampler and loader, and ddpc's DDP
  * engine averages the gradients while backward runs. Checkpoints, resume
- * and preemption (SIGUSR1/SIGTERM -> checkpoint -> exit 3) make it restartable
+ * and preemption (SIGUSR1/SIGTERM -> checkpoint -> exit 3; SIGINT -> checkpoint
+ * -> exit 130) make it restartable
  * under Slurm. doc/trainer.md is the user's guide.
  *
  * Reading order: main() at the bottom, then train_epoch() and step().
@@ -40,10 +41,20 @@
 #define GRAPH_WARMUP 3
 
 /* ------------------------------------------------------------------ signals */
-/* Set by the handler, read at step boundaries: the only thing the handler does. */
+/* Set by the handler, read at step boundaries: the only thing the handler does.
+ * SIGINT (Ctrl-C) stops like a preemption (checkpoint) but exits 130, not 3:
+ * the user stopped the run, a requeue-on-3 script must not start it again.
+ * Of several signals the numerically highest is kept, on every rank (the
+ * vote's MAX): SIGTERM (15) and SIGUSR1 (10) outrank SIGINT (2), so a job
+ * that Slurm preempts while a user presses Ctrl-C is still requeued. The
+ * handlers block each other (sa_mask), so the compare and store is safe. */
 static volatile sig_atomic_t stop_signal = 0;
 
-static void on_stop_signal(int sig) { stop_signal = sig; }
+static void on_stop_signal(int sig)
+{
+    if (sig > stop_signal)
+        stop_signal = sig;
+}
 
 /* Installed before MPI_Init, on purpose: MPICH installs a SIGUSR1 handler of
  * its own there (hydra's process-failure notification) and it calls the
@@ -56,9 +67,17 @@ static void install_signal_handlers(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGUSR1);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGINT);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* SIGINT ignored at start (`nohup`, a background job of a script) stays
+       ignored, as the shells and Python keep it */
+    struct sigaction old;
+    if (sigaction(SIGINT, NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+        sigaction(SIGINT, &sa, NULL);
 }
 
 /* ------------------------------------------------------------------ BLAS threads */
@@ -118,6 +137,7 @@ typedef struct {
     ddpc_loader_t loader;
     ddpc_ckpt_t ckpt;               /* NULL: no checkpoints */
     FILE *metrics;
+    int metrics_errno;              /* the first write error of --metrics (0: none) */
     char err[1024];                 /* this rank's failure, said by fail() */
     /* where training stands (what a checkpoint saves, with the sampler state) */
     uint64_t epoch;                 /* current epoch, 0-based */
@@ -126,6 +146,7 @@ typedef struct {
     int64_t saved_step;             /* step of the last checkpoint written or read (-1: none) */
     ddpc_work_t vote;               /* the stop vote in flight (see stop_vote) */
     int32_t vote_in, vote_out;      /* its buffers: this rank's signal, the max over ranks */
+    int stopped_by;                 /* the signal the vote stopped on (0: none) */
     /* this run */
     int64_t steps_per_epoch;        /* optimizer steps of a full epoch */
     int64_t log_every;
@@ -172,6 +193,19 @@ static int agree(trainer_t *t, int rc)
     return any ? -1 : 0;
 }
 
+/* agree() for a check that every rank makes of the same thing (the data
+ * files, a shared directory): when rank 0 failed, only rank 0 says why (the
+ * others would say the same); else every failing rank does. */
+static int agree_same(trainer_t *t, int rc)
+{
+    int32_t mine[2] = {rc != 0, t->rank == 0 && rc != 0}, any[2] = {0, 0};
+    if (ddpc_allreduce(t->comm, mine, any, 2, DDPC_I32, DDPC_MAX) != DDPC_OK)
+        ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
+    if (mine[0] && (t->rank == 0 || !any[1]))
+        fprintf(stderr, "%s\n", t->err[0] ? t->err : "trainer: failed (no message)");
+    return any[0] ? -1 : 0;
+}
+
 /* A failure in the middle of a step cannot be agreed on (the other ranks are
  * in a collective): end the job with the message. */
 static void fatal(trainer_t *t, const char *what, const char *msg)
@@ -207,6 +241,17 @@ static void say(trainer_t *t, const char *fmt, ...)
     fflush(stdout);
 }
 
+/* --metrics could not be written (errno e): said once; the exit becomes 1 */
+static void metrics_failed(trainer_t *t, int e)
+{
+    if (t->metrics_errno)
+        return;
+    t->metrics_errno = e ? e : EIO;
+    fprintf(stderr, "trainer[rank 0/%d %s]: warning: --metrics \"%s\": cannot write: %s; "
+            "training goes on, and a run that completes exits 1\n", t->size, t->w->host, t->opt.metrics,
+            strerror(t->metrics_errno));
+}
+
 /* one JSON object per line, rank 0, flushed so that a killed job keeps it */
 static void metric(trainer_t *t, const char *fmt, ...)
 #ifdef __GNUC__
@@ -219,10 +264,15 @@ static void metric(trainer_t *t, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(t->metrics, fmt, ap);
+    errno = 0;
+    int bad = vfprintf(t->metrics, fmt, ap) < 0;
     va_end(ap);
-    fputc('\n', t->metrics);
-    fflush(t->metrics);
+    bad |= fputc('\n', t->metrics) == EOF;
+    bad |= fflush(t->metrics) != 0;
+    if (bad || ferror(t->metrics)) {
+        metrics_failed(t, errno);
+        clearerr(t->metrics);
+    }
 }
 
 /* s as a JSON string literal, quotes included */
@@ -289,14 +339,17 @@ static int open_data(trainer_t *t)
     c.world = t->size;
     const char *splits[2] = {"train", "t10k"};
     ddpc_idx_t *ds[2] = {&t->train, &t->test};
+    struct stat sb;
+    const char *hint = strcmp(t->opt.data, TRAINER_DEFAULT_DATA)
+                           ? ""
+                           : "; install Debian's dataset-fashion-mnist or pass --data DIR";
+    if (stat(t->opt.data, &sb) != 0)
+        return fail(t, "--data \"%s\": not a directory: %s%s", t->opt.data, strerror(errno),
+                    hint);
+    if (!S_ISDIR(sb.st_mode))
+        return fail(t, "--data \"%s\": not a directory: a %s (give the directory that holds "
+                    "the idx files)", t->opt.data, S_ISREG(sb.st_mode) ? "regular file" : "special file");
     for (int i = 0; i < 2; i++) {
-        struct stat sb;
-        if (stat(t->opt.data, &sb) || !S_ISDIR(sb.st_mode))
-            return fail(t, "--data \"%s\": not a directory (%s)%s", t->opt.data,
-                        errno ? strerror(errno) : "not a directory",
-                        strcmp(t->opt.data, TRAINER_DEFAULT_DATA)
-                            ? ""
-                            : "; install Debian's dataset-fashion-mnist or pass --data DIR");
         if (ddpc_idx_default_paths(t->opt.data, splits[i], img, lab, sizeof img))
             return fail(t, "--data \"%s\": path too long", t->opt.data);
         if (ddpc_idx_open(img, lab, &c, ds[i]) != DDPC_OK)
@@ -421,6 +474,34 @@ static int open_checkpoints(trainer_t *t)
     return 0;
 }
 
+/* After a load: this run's options against the checkpoint's. The library
+ * restored the checkpoint's learning rate with the optimizer's state (a
+ * program with a schedule wants that); this program's rate is its --lr
+ * (given or the default), constant, so it is set again, as the library keeps
+ * this run's momentum and weight decay. Every rank holds the same values. */
+static void resume_options(trainer_t *t, const char *path)
+{
+    const options_t *o = &t->opt;
+    double lr = ddpc_optim_config(t->optim)->lr;
+    if (lr != o->lr) {
+        if (t->rank == 0)
+            ddpc_log(t->rt, DDPC_LOG_WARN, "trainer: %s was saved with --lr %g; continuing with "
+                     "--lr %g", path, lr, o->lr);
+        ddpc_optim_set_lr(t->optim, o->lr);
+    }
+    /* the data position is in samples: another batch or accumulation goes on
+       from the same sample, but the steps are no longer those of the saved run */
+    static const char *const names[] = {"batch-size", "grad-accum"};
+    const char *attrs[] = {"trainer_batch_size", "trainer_grad_accum"};
+    const double here[] = {o->batch_size, o->grad_accum};
+    for (int i = 0; i < 2 && t->rank == 0; i++) {
+        double v;
+        if (ddpc_ckpt_get_user_attr_double(t->ckpt, attrs[i], &v) == DDPC_OK && v != here[i])
+            ddpc_log(t->rt, DDPC_LOG_WARN, "trainer: %s was saved with --%s %g; continuing with "
+                     "--%s %g", path, names[i], v, names[i], here[i]);
+    }
+}
+
 /* Collective: --resume. Parameters, optimizer state and the data position
  * come back from rank 0's read of the file; the loader is positioned so that
  * the next batch is the one the saved run would have drawn next. */
@@ -473,6 +554,7 @@ static int resume(trainer_t *t)
            "done (saved by %d rank(s))\n",
         path, (long long)t->step, (unsigned long long)s.epoch + 1,
         (unsigned long long)s.consumed, (unsigned long long)s.dataset_size, m.world_size);
+    resume_options(t, path);
     return 0;
 }
 
@@ -695,8 +777,10 @@ static int stop_vote(trainer_t *t)
     if (t->step % t->opt.stop_check_every)
         return 0;
     int any = finish_vote(t);
-    if (any)
+    if (any) {
+        t->stopped_by = any;
         return any;
+    }
     t->vote_in = stop_signal;
     if (ddpc_iallreduce(t->comm, &t->vote_in, &t->vote_out, 1, DDPC_I32, DDPC_MAX, &t->vote) !=
         DDPC_OK)
@@ -920,7 +1004,7 @@ int main(int argc, char **argv)
 #endif
 
     int threads = dev == DEVICE_CPU ? set_blas_threads(o->threads, t->w->local_size) : 0;
-    if (agree(t, open_data(t)) || agree(t, build_model(t)))
+    if (agree_same(t, open_data(t)) || agree(t, build_model(t)))
         goto out;
     if (ddpc_ddp_build(t->ddp) != DDPC_OK) { /* collective: fails on all ranks together */
         if (t->rank == 0)
@@ -960,6 +1044,12 @@ int main(int argc, char **argv)
      * broadcast below, and an allocation then can deadlock */
     if (agree(t, open_checkpoints(t)))
         goto out;
+    /* a directory the run cannot write to ends it now, not at the first save */
+    if (t->ckpt && o->ckpt_dir && ddpc_ckpt_prepare(t->ckpt) != DDPC_OK) {
+        if (t->rank == 0)
+            fprintf(stderr, "%s\n", ddpc_ckpt_last_error(t->ckpt));
+        goto out;
+    }
     /* where to start: rank 0's initial parameters everywhere, or a checkpoint */
     if (ddpc_ddp_broadcast_params(t->ddp) != DDPC_OK) {
         if (t->rank == 0)
@@ -998,16 +1088,25 @@ int main(int argc, char **argv)
     if (how != RUN_STOPPED)
         finish_vote(t); /* training is complete: a signal now changes nothing */
     if (how == RUN_STOPPED) {
-        say(t, "trainer: stop signal: stopping at step %lld (epoch %llu)\n", (long long)t->step,
-            (unsigned long long)t->epoch + 1);
+        const int intr = t->stopped_by == SIGINT;
+        say(t, "trainer: stop signal%s: stopping at step %lld (epoch %llu)\n",
+            intr ? " (SIGINT)" : "", (long long)t->step, (unsigned long long)t->epoch + 1);
         if (save_checkpoint(t, "stop signal", 1))
             goto out;
         if (!t->ckpt || !o->ckpt_dir)
             say(t, "trainer: no checkpoint written (--ckpt-dir none)\n");
-        metric(t, "{\"event\":\"preempted\",\"epoch\":%llu,\"step\":%lld}",
-               (unsigned long long)t->epoch + 1, (long long)t->step);
-        say(t, "trainer: preempted: exit %d (requeue to continue)\n", TRAINER_EXIT_PREEMPTED);
-        code = TRAINER_EXIT_PREEMPTED;
+        metric(t, "{\"event\":\"%s\",\"epoch\":%llu,\"step\":%lld}",
+               intr ? "interrupted" : "preempted", (unsigned long long)t->epoch + 1,
+               (long long)t->step);
+        if (intr) {
+            say(t, "trainer: interrupted (SIGINT): exit %d (rerun the same command to "
+                "continue)\n", TRAINER_EXIT_INTERRUPTED);
+            code = TRAINER_EXIT_INTERRUPTED;
+        } else {
+            say(t, "trainer: preempted: exit %d (requeue to continue)\n",
+                TRAINER_EXIT_PREEMPTED);
+            code = TRAINER_EXIT_PREEMPTED;
+        }
         goto out;
     }
     if (save_checkpoint(t, "end", 1))
@@ -1029,8 +1128,14 @@ int main(int argc, char **argv)
     code = TRAINER_EXIT_OK;
 
 out:
-    if (t->metrics)
-        fclose(t->metrics);
+    if (t->metrics && fclose(t->metrics) != 0)
+        metrics_failed(t, errno);
+    if (t->metrics_errno) { /* a completed run exits 1; a stopped one keeps 3 or 130 */
+        if (code == TRAINER_EXIT_OK)
+            code = TRAINER_EXIT_ERROR;
+        fprintf(stderr, "trainer[rank 0/%d %s]: --metrics \"%s\": incomplete (%s): exit %d\n",
+                t->size, t->w->host, o->metrics, strerror(t->metrics_errno), code);
+    }
     ddpc_loader_destroy(t->loader);
     ddpc_sampler_destroy(t->sampler);
     ddpc_idx_close(t->train);

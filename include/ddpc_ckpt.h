@@ -80,6 +80,14 @@ DDPC_API ddpc_status_t ddpc_ckpt_get_user_attr_string(ddpc_ckpt_t ck, const char
 DDPC_API ddpc_status_t ddpc_ckpt_add_user_tensor(ddpc_ckpt_t ck, const char *name, float *data,
                                                  size_t numel);
 
+/* Collective, optional, before training: rank 0 makes the directory
+ * (mkdir -p) and checks that it can create a file there, so that a
+ * directory that cannot be written (read-only, a file in its path, a
+ * dangling symbolic link, named as such) is found before any work rather
+ * than at the first save. Rank 0's status on every rank. The first save
+ * does the same when this was not called. */
+DDPC_API ddpc_status_t ddpc_ckpt_prepare(ddpc_ckpt_t ck);
+
 /* Collective. Writes <dir>/ckpt-<step, 8 digits>.h5 from rank 0: to a .tmp
  * file, closed, fsynced, renamed, directory fsynced; then only the newest
  * `keep` are kept. meta: rank 0's is written; may be NULL (zeros). Waits

@@ -41,7 +41,7 @@ DDPC_API void ddpc_idx_close(ddpc_idx_t ds);
 /* The paths of the files of one split ("train" or "t10k") in dir, as their
  * distributions name them: <dir>/<split>-images-idx3-ubyte and
  * <dir>/<split>-labels-idx1-ubyte, each with ".gz" unless the uncompressed
- * file exists. images and labels have room for len bytes. DDPC_ERR_INVALID
+ * file exists (readable or not: opening an unreadable one says why). images and labels have room for len bytes. DDPC_ERR_INVALID
  * when a path does not fit. */
 DDPC_API ddpc_status_t ddpc_idx_default_paths(const char *dir, const char *split, char *images,
                                               char *labels, size_t len);

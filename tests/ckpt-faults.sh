@@ -10,7 +10,9 @@
 #   storage in place of a parameter) is refused before any data is read; so
 #   is one whose attributes hold more values than one (format, crc32) or
 #   whose optimizer state holds a NaN learning rate;
-# - a checkpoint of another model is refused, naming the parameter.
+# - a checkpoint of another model is refused, naming the parameter;
+# - retention (--keep) counts valid checkpoints only: skipped corrupt files are
+#   moved aside as .corrupt.
 . "$(dirname "$0")/lib.sh"
 TRAIN="$top_builddir/tests/mpi_ckpt_train"
 run() {
@@ -162,3 +164,19 @@ cp "$TMP/good.h5" "$f"
 # another model: the same run with 17 inputs instead of 16
 expect_fail_msg 'ckpt-00000020.h5 does not match: /model/fc.weight is float32\[1, 17\] here but float32\[1, 16\] in the checkpoint' \
     mpirun_t 2 "$TRAIN" --dir "$TMP/kill-sync" --steps 30 --dim 17
+
+# retention counts valid checkpoints only: a corrupt newer file that a load
+# skipped is moved aside as <file>.corrupt (never deleted), and --keep 2
+# keeps two valid ones; it used to count the corrupt file and delete a valid
+# checkpoint in its place (left: the corrupt one and the newest)
+d="$TMP/retain"
+run "$TMP/r1" --dir "$d" --steps 20 --stop-at 10 --save-every 5 --keep 2
+head -c 4096 /dev/urandom >"$d/ckpt-00000100.h5"
+run "$TMP/r2" --dir "$d" --steps 20 --save-every 5 --keep 2
+grep -q "^resumed step=10 " "$TMP/r2" || { cat "$TMP/r2"; fail "retention: did not resume from step 10"; }
+grep -q "ckpt: moved $d/ckpt-00000100.h5 aside to $d/ckpt-00000100.h5.corrupt" "$TMP/r2" ||
+    { cat "$TMP/r2"; fail "retention: no message moving the corrupt file aside"; }
+left=$(cd "$d" && ls | tr '\n' ' ')
+[ "$left" = "ckpt-00000015.h5 ckpt-00000020.h5 ckpt-00000100.h5.corrupt " ] ||
+    fail "retention: left $left, expected the two newest valid checkpoints and the corrupt file aside"
+echo "ok: a skipped corrupt checkpoint moved aside, --keep 2 kept two valid ones: $left"

@@ -489,6 +489,23 @@ static ddpc_status_t agree(ddpc_ckpt_t ck, ddpc_status_t st)
     return (ddpc_status_t)s;
 }
 
+/* rank 0: ck_prepare_dir once per handle */
+static ddpc_status_t prepare(ddpc_ckpt_t ck)
+{
+    if (ck->prepared)
+        return DDPC_OK;
+    ddpc_status_t st = ck_prepare_dir(ck);
+    ck->prepared = st == DDPC_OK;
+    return st;
+}
+
+ddpc_status_t ddpc_ckpt_prepare(ddpc_ckpt_t ck)
+{
+    if (!ck)
+        return DDPC_ERR_INVALID;
+    return agree(ck, ck->rank == 0 ? prepare(ck) : DDPC_OK);
+}
+
 ddpc_status_t ddpc_ckpt_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
 {
     if (!ck)
@@ -496,7 +513,7 @@ ddpc_status_t ddpc_ckpt_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
     ddpc_status_t st = DDPC_OK;
     if (ck->rank == 0) {
         double t0 = ddpc_now();
-        if ((st = take_async(ck)) == DDPC_OK)
+        if ((st = take_async(ck)) == DDPC_OK && (st = prepare(ck)) == DDPC_OK)
             st = start_save(ck, meta);
         if (st == DDPC_OK && ck->cfg.async) /* the writer logs the write */
             ddpc_log(ck->rt, DDPC_LOG_INFO, "ckpt: snapshot for %s in %.3fs", ck->job.path,

@@ -86,6 +86,7 @@ struct ddpc_ckpt {
     double stall_s;
     char prefix[112];
     char err[DDPC_ERRMSG_LEN];
+    int prepared;                 /* rank 0: ck_prepare_dir succeeded */
 
     ck_attr_t attrs[CK_MAX_ATTRS];
     int nattrs;
@@ -135,6 +136,9 @@ ddpc_status_t ck_shadow_push(ddpc_ckpt_t ck);
  * buffer (n <= bounce_numel). */
 ddpc_status_t ck_bcast_floats(ddpc_ckpt_t ck, float *host, size_t n);
 
+/* write.c, rank 0: the checkpoint directory made (mkdir -p) and a file
+ * created and removed in it; a dangling symbolic link is named as such. */
+ddpc_status_t ck_prepare_dir(ddpc_ckpt_t ck);
 /* write.c: write job->path crash-atomically (tmp, fsync, rename, fsync dir),
  * then keep the newest job->keep. Sets job->st and job->err. */
 ddpc_status_t ck_write(ck_job_t *job);

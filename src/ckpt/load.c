@@ -218,8 +218,9 @@ static ddpc_status_t check_optim(ddpc_ckpt_t ck, hid_t f, const char *file, head
                       "was given (create the checkpoint handle without it to load the parameters "
                       "only)", file, mine);
     static const char *const names[] = {"momentum", "dampening", "weight_decay",
-                                        "beta1",    "beta2",     "eps"};
-    const double here[] = {c->momentum, c->dampening, c->weight_decay, c->beta1, c->beta2, c->eps};
+                                        "beta1",    "beta2",     "eps", "clip_norm"};
+    const double here[] = {c->momentum, c->dampening, c->weight_decay, c->beta1,
+                           c->beta2,    c->eps,       c->clip_norm};
     double v;
     ddpc_status_t st = DDPC_OK;
     if (ck_attr_get_str(g, "type", type, sizeof type) < 0 ||
@@ -241,7 +242,7 @@ static ddpc_status_t check_optim(ddpc_ckpt_t ck, hid_t f, const char *file, head
     else if (strcmp(type, mine))
         st = ck_err(ck, DDPC_ERR_MISMATCH, "%s holds %s optimizer state, but the optimizer is %s",
                     file, type, mine);
-    for (int i = 0; st == DDPC_OK && i < 6; i++)
+    for (int i = 0; st == DDPC_OK && i < (int)(sizeof names / sizeof names[0]); i++)
         if (ck_attr_get(g, names[i], H5T_NATIVE_DOUBLE, &v) == 0 && v != here[i])
             ddpc_log(ck->rt, DDPC_LOG_WARN, "ckpt: %s was saved with %s %g; continuing with %g",
                      file, names[i], v, here[i]);
@@ -359,6 +360,28 @@ static ddpc_status_t check_file(ddpc_ckpt_t ck, hid_t f, const char *file, const
                     "%016llx although names and shapes agree", file, (unsigned long long)fp,
                     (unsigned long long)ck_model_fingerprint(ck->ddp));
     return st;
+}
+
+/* Rank 0, after a load from the directory: the candidates skipped for the
+ * one loaded (all newer than it) are moved aside as <file>.corrupt, so that
+ * retention (--keep) counts valid checkpoints only and a later load does not
+ * try them again. Never deleted: they are for a person to look at. Only once
+ * a valid one was loaded: a directory where every file is bad stays as it is
+ * (the load fails, and so does the next one, the same way). */
+static void move_aside(ddpc_ckpt_t ck, const r0_t *r)
+{
+    if (r->want)
+        return;
+    for (int i = 0; i + 1 < r->next; i++) {
+        char to[CK_FILE_MAX + 16];
+        snprintf(to, sizeof to, "%s.corrupt", r->cands[i]);
+        if (rename(r->cands[i], to) == 0)
+            ddpc_log(ck->rt, DDPC_LOG_WARN, "ckpt: moved %s aside to %s (not a valid checkpoint: "
+                     "not loaded, not counted for keep; remove it once looked at)", r->cands[i], to);
+        else
+            ddpc_log(ck->rt, DDPC_LOG_WARN, "ckpt: cannot move the invalid %s aside to %s: %s",
+                     r->cands[i], to, strerror(errno));
+    }
 }
 
 /* Rank 0: the candidate just tried is bad (ck->err says why): warn, go on. */
@@ -672,6 +695,8 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
         }
         if (st == DDPC_OK && (st = ck_shadow_push(ck)) == DDPC_OK) { /* device: to the arenas */
             apply(ck, h, meta, loaded, n);
+            if (ck->rank == 0)
+                move_aside(ck, &r);
             break;
         }
         if (!retry)

@@ -157,6 +157,34 @@ static int make_dirs(const char *dir)
         }
 }
 
+ddpc_status_t ck_prepare_dir(ddpc_ckpt_t ck)
+{
+    struct stat sb;
+    if (lstat(ck->dir, &sb) == 0 && S_ISLNK(sb.st_mode) && stat(ck->dir, &sb) != 0) {
+        int e = errno;
+        char to[CK_FILE_MAX];
+        ssize_t n = readlink(ck->dir, to, sizeof to - 1);
+        to[n > 0 ? n : 0] = 0;
+        return ck_err(ck, DDPC_ERR_IO, "checkpoint directory \"%s\" is a dangling symbolic link "
+                      "(to \"%s\": %s): create its target, or give another directory", ck->dir,
+                      to, strerror(e));
+    }
+    if (make_dirs(ck->dir) != 0)
+        return ck_err(ck, DDPC_ERR_IO, "cannot create the checkpoint directory \"%s\": %s",
+                      ck->dir, strerror(errno));
+    /* a file made and removed: what a save does first (access(W_OK) would
+       answer for the permission bits, not for a read-only mount or an ACL) */
+    char probe[CK_FILE_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/.ddpc-probe-%ld", ck->dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0)
+        return ck_err(ck, DDPC_ERR_IO, "checkpoint directory \"%s\" is not writable: cannot "
+                      "create a file in it: %s", ck->dir, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return DDPC_OK;
+}
+
 static int fsync_path(const char *path, int flags)
 {
     int fd = open(path, flags);

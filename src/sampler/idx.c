@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -259,7 +260,8 @@ ddpc_status_t ddpc_idx_default_paths(const char *dir, const char *split, char *i
         int k = snprintf(out[i], len, "%s/%s-%s-ubyte", dir, split, kind[i]);
         if (k < 0 || (size_t)k + 3 >= len)
             return DDPC_ERR_INVALID;
-        if (access(out[i], R_OK) != 0)
+        struct stat sb; /* one that exists but cannot be read is opened, to say why */
+        if (stat(out[i], &sb) != 0)
             strcat(out[i], ".gz");
     }
     return DDPC_OK;
