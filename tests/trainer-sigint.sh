@@ -13,6 +13,9 @@
 TRAINER="$top_builddir/trainer"
 need_fmnist
 command -v python3 >/dev/null || skip "python3 is needed to start the job in its own process group"
+# Open MPI's mpirun does not pass SIGINT on: it sends the ranks SIGTERM (then
+# SIGKILL), so they stop as for a preemption (exit 3: tests/trainer-preempt.sh)
+[ "$DDPC_MPI_FLAVOR" = mpich ] || skip "Open MPI's mpirun turns Ctrl-C into SIGTERM for the ranks (a preemption, exit 3); this test is hydra's SIGINT"
 COMMON="--data $DATA --hidden 32 --batch-size 32 --threads 1 --seed 7 --max-steps 2000"
 TRIALS=${TRIALS:-4}
 # run_pg OUT CMD...: CMD in the background in a process group of its own,
