@@ -20,6 +20,7 @@
  * the targets; save_vs_raw is raw time / save time, i.e. relative throughput). */
 #include "ddpc.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <stdio.h>
@@ -212,6 +213,20 @@ static const char *const meas_names[] = {"raw_write", "save", "raw_read", "load"
                                          "stall_async", "async_total", "h5_plain_write",
                                          "h5_plain_read", "h5_fletcher_write", "h5_fletcher_read"};
 
+/* the files the bench's checkpoint directories hold (checkpoints, ddpc.lock) */
+static void empty_dir(const char *d)
+{
+    DIR *dp = opendir(d);
+    char p[1024];
+    for (struct dirent *e; dp && (e = readdir(dp));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(p, sizeof p, "%s/%s", d, e->d_name);
+            unlink(p);
+        }
+    if (dp)
+        closedir(dp);
+}
+
 int main(int argc, char **argv)
 {
     int reps = 5;
@@ -249,8 +264,9 @@ int main(int argc, char **argv)
     oc.type = DDPC_OPTIM_ADAMW;
     if (ddpc_optim_create(ddp, &oc, &opt))
         die("optim", ddpc_ddp_last_error(ddp));
-    char ckdir[512], raw[512], plain[512], fl[512];
+    char ckdir[512], ckdir_async[512], raw[512], plain[512], fl[512];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
+    snprintf(ckdir_async, sizeof ckdir_async, "%s/ckpt-async", dir);
     snprintf(raw, sizeof raw, "%s/raw.bin", dir);
     snprintf(plain, sizeof plain, "%s/plain.h5", dir);
     snprintf(fl, sizeof fl, "%s/fletcher32.h5", dir);
@@ -260,6 +276,7 @@ int main(int argc, char **argv)
     if (ddpc_ckpt_create(ddp, opt, &cc, &ck_sync))
         die("ckpt", ddpc_ckpt_last_error(ck_sync));
     cc.async = 1;
+    cc.dir = ckdir_async; /* a directory has one writer (its lock) */
     if (ddpc_ckpt_create(ddp, opt, &cc, &ck_async))
         die("ckpt", ddpc_ckpt_last_error(ck_async));
     if (rank == 0)
@@ -351,10 +368,10 @@ int main(int argc, char **argv)
                med[RAW_W] / med[SAVE], med[LOAD] / med[RAW_R], med[STALL_ASYNC] / med[STALL_SYNC],
                med[SAVE] / med[H5_W], med[FL_W] / med[H5_W], med[FL_R] / med[H5_R]);
         unlink(raw);
-        char p[600];
-        snprintf(p, sizeof p, "%s/ckpt-%08d.h5", ckdir, 2 * reps);
-        unlink(p);
+        empty_dir(ckdir);
+        empty_dir(ckdir_async);
         rmdir(ckdir);
+        rmdir(ckdir_async);
         rmdir(dir);
     }
     ddpc_optim_destroy(opt);

@@ -84,8 +84,13 @@ DDPC_API ddpc_status_t ddpc_ckpt_add_user_tensor(ddpc_ckpt_t ck, const char *nam
  * (mkdir -p) and checks that it can create a file there, so that a
  * directory that cannot be written (read-only, a file in its path, a
  * dangling symbolic link, named as such) is found before any work rather
- * than at the first save. Rank 0's status on every rank. The first save
- * does the same when this was not called. */
+ * than at the first save. Then it takes the directory's lock
+ * (<dir>/ddpc.lock, an fcntl lock held until ddpc_ckpt_destroy or the
+ * process's end): while another process holds it, DDPC_ERR_BUSY with a
+ * message naming its host, pid and Slurm job (after waiting up to
+ * DDPC_CKPT_LOCK_WAIT seconds, default 0). A file system without locks is
+ * warned about and not locked. Rank 0's status on every rank. The first
+ * save does the same when this was not called; loads take no lock. */
 DDPC_API ddpc_status_t ddpc_ckpt_prepare(ddpc_ckpt_t ck);
 
 /* Collective. Writes <dir>/ckpt-<step, 8 digits>.h5 from rank 0: to a .tmp
@@ -120,6 +125,11 @@ DDPC_API ddpc_status_t ddpc_ckpt_wait(ddpc_ckpt_t ck);
  * job with ddpc_abort. The world size may differ from the one at save. */
 DDPC_API ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t *meta,
                                       char *loaded_path, size_t n);
+
+/* The directory this handle saves to and loads from: the config's dir, or
+ * DDPC_CKPT_DIR's where that is set ("" after a failed create). Not
+ * collective; the memory is the handle's. */
+DDPC_API const char *ddpc_ckpt_dir(ddpc_ckpt_t ck);
 
 /* Message of the last failure on this handle (prefixed with rank); "" if none. */
 DDPC_API const char *ddpc_ckpt_last_error(ddpc_ckpt_t ck);

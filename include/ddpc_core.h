@@ -38,7 +38,8 @@ extern "C" {
     X(DDPC_ERR_UNSUPPORTED, 14, "not supported by this build")                 \
     X(DDPC_ERR_NOT_FOUND, 15, "not found")                                     \
     X(DDPC_ERR_REMOTE, 16, "failed on another rank")                           \
-    X(DDPC_ERR_INTERNAL, 17, "internal error")
+    X(DDPC_ERR_INTERNAL, 17, "internal error")                                 \
+    X(DDPC_ERR_BUSY, 18, "in use by another job")
 
 typedef enum {
 #define DDPC_X_ENUM(name, value, text) name = value,

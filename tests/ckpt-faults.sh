@@ -2,9 +2,11 @@
 # ckpt-faults.sh: faults around checkpoints, 2 ranks, separate processes.
 # - rank 0 killed with SIGKILL in the middle of writing (sync and async save):
 #   the previous checkpoint is untouched and a restart resumes from it and
-#   ends where an uninterrupted run ends; the partial .tmp is ignored, then
-#   removed by the next save, like a stale ckpt-<step>.h5.tmp of a step that
-#   run does not write (other *.h5.tmp files are left alone);
+#   ends where an uninterrupted run ends; the partial
+#   ckpt-<step>.h5.tmp.<pid>.<host> is ignored, then removed by the next save
+#   (which holds the directory's lock, taken over from the killed job with a
+#   warning naming it), like the stale temporaries of steps that run does not
+#   write (other *.h5.tmp files are left alone);
 # - a truncated or bit-flipped newest checkpoint is skipped with a warning;
 # - a hostile one (an external or soft link, a virtual dataset, external raw
 #   storage in place of a parameter) is refused before any data is read; so
@@ -41,17 +43,24 @@ for mode in sync async; do
     done
     kill -9 "$(cat "$pid")"
     wait $job && fail "$mode: the killed job exited 0"
-    [ -f "$d/ckpt-00000015.h5.tmp" ] || { ls -l "$d"; fail "$mode: no partial .tmp: was rank 0 killed mid-write?"; }
+    part=$(ls "$d"/ckpt-00000015.h5.tmp.* 2>/dev/null)
+    [ -f "$part" ] || { ls -l "$d"; fail "$mode: no partial ckpt-00000015.h5.tmp.<pid>.<host>: was rank 0 killed mid-write?"; }
+    grep -q "^pid=$(cat "$pid")$" "$d/ddpc.lock" || { cat "$d/ddpc.lock"; fail "$mode: the lock file does not name the killed rank 0 (pid $(cat "$pid"))"; }
     [ ! -e "$d/ckpt-00000015.h5" ] || fail "$mode: a killed save left ckpt-00000015.h5"
     [ "$(sum "$d/ckpt-00000010.h5")" = "$before" ] || fail "$mode: the previous checkpoint changed"
     # a .tmp of a step this run never writes (step 15's is written again, so
     # its absence alone says nothing), and a file that is not a checkpoint's
     : >"$d/ckpt-00000012.h5.tmp"
+    : >"$d/ckpt-00000013.h5.tmp.4242.another-host"
     : >"$d/notes.h5.tmp"
     run "$TMP/again" --dir "$d" --steps 20 --save-every 5 $a
     grep -q "^resumed step=10 " "$TMP/again" || { cat "$TMP/again"; fail "$mode: did not resume from step 10"; }
     grep -q "^final step=20 state=$ref$" "$TMP/again" || { cat "$TMP/again"; fail "$mode: resumed run ends elsewhere than $ref"; }
-    [ ! -e "$d/ckpt-00000015.h5.tmp" ] || fail "$mode: the stale .tmp was not removed by the next save"
+    grep -q "warning: ckpt: $d/ddpc.lock: the previous writer (host [^,]*, pid $(cat "$pid"), since .*) ended without releasing" "$TMP/again" ||
+        { cat "$TMP/again"; fail "$mode: no warning naming the killed writer when the lock was taken over"; }
+    [ ! -e "$part" ] || fail "$mode: the stale $part was not removed by the next save"
+    [ ! -e "$d/ckpt-00000013.h5.tmp.4242.another-host" ] || fail "$mode: another host's stale temporary was not removed under the lock"
+    [ ! -s "$d/ddpc.lock" ] || { cat "$d/ddpc.lock"; fail "$mode: the lock file was not emptied at the end of the run"; }
     [ ! -e "$d/ckpt-00000012.h5.tmp" ] || { ls -l "$d"; fail "$mode: the stale ckpt-00000012.h5.tmp was not removed by the next save"; }
     [ -e "$d/notes.h5.tmp" ] || fail "$mode: a save removed notes.h5.tmp, which is not a checkpoint's"
     echo "ok: $mode save killed mid-write: ckpt-00000010.h5 intact, resumed from it, final state $ref"
@@ -176,7 +185,7 @@ run "$TMP/r2" --dir "$d" --steps 20 --save-every 5 --keep 2
 grep -q "^resumed step=10 " "$TMP/r2" || { cat "$TMP/r2"; fail "retention: did not resume from step 10"; }
 grep -q "ckpt: moved $d/ckpt-00000100.h5 aside to $d/ckpt-00000100.h5.corrupt" "$TMP/r2" ||
     { cat "$TMP/r2"; fail "retention: no message moving the corrupt file aside"; }
-left=$(cd "$d" && ls | tr '\n' ' ')
+left=$(cd "$d" && ls | grep -v '^ddpc\.lock$' | tr '\n' ' ')
 [ "$left" = "ckpt-00000015.h5 ckpt-00000020.h5 ckpt-00000100.h5.corrupt " ] ||
     fail "retention: left $left, expected the two newest valid checkpoints and the corrupt file aside"
 echo "ok: a skipped corrupt checkpoint moved aside, --keep 2 kept two valid ones: $left"

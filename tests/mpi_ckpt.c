@@ -3,7 +3,8 @@
  * optimizer state, counters and user data on every rank (sync and async,
  * whole and in tiny pieces); retention; none found; a corrupt or truncated
  * newest file is skipped; another model or optimizer is refused with its
- * first difference named; write errors reach every rank. */
+ * first difference named; write errors reach every rank; a second writer on
+ * the directory is refused naming the first. */
 #include "mpitest.h"
 
 #include <dirent.h>
@@ -12,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------ helpers */
@@ -378,6 +380,8 @@ START_TEST(corrupt_newest_is_skipped)
     train_a_little(&a, 11);
     ddpc_ckpt_meta_t mt = some_meta(10);
     CK_OK(&a, ddpc_ckpt_save(a.ck, &mt));
+    ddpc_ckpt_destroy(a.ck); /* releases the directory for b's saves */
+    a.ck = NULL;
     build(&b, SAME, DDPC_OPTIM_ADAMW, dir, 0, (size_t)1 << 20);
     train_a_little(&b, 12); /* different values, saved as steps 20 and 30 */
     mt.step = 20;
@@ -525,6 +529,63 @@ START_TEST(bad_config)
 }
 END_TEST
 
+/* Two writers on one directory: the second is refused on every rank with a
+ * message naming the holder (rank 0's host and pid), writes nothing, and
+ * gets the directory once the first handle is gone. */
+START_TEST(second_writer_is_refused)
+{
+    char dir[256], text[4096] = "", want[64];
+    make_dir(dir);
+    model_t a, b;
+    build(&a, SAME, DDPC_OPTIM_SGD, dir, 0, 0);
+    build(&b, SAME, DDPC_OPTIM_SGD, dir, 0, 0);
+    CK_OK(&a, ddpc_ckpt_prepare(a.ck));
+    long pid0 = (long)getpid();
+    T_OK(ddpc_broadcast(T_comm, &pid0, sizeof pid0, DDPC_U8, 0));
+    snprintf(want, sizeof want, "pid %ld,", pid0);
+    if (T_rank == 0) {
+        char lock[512];
+        snprintf(lock, sizeof lock, "%s/ddpc.lock", dir);
+        FILE *f = fopen(lock, "r");
+        ck_assert_ptr_nonnull(f);
+        text[fread(text, 1, sizeof text - 1, f)] = 0;
+        fclose(f);
+        char line[64];
+        snprintf(line, sizeof line, "\npid=%ld\n", pid0);
+        ck_assert_msg(strstr(text, line), "the lock file does not name pid %ld: %s", pid0, text);
+    }
+    ck_assert_int_eq(ddpc_ckpt_prepare(b.ck), DDPC_ERR_BUSY);
+    const char *msg = ddpc_ckpt_last_error(b.ck);
+    ck_assert_msg(strstr(msg, "is in use by another job") && strstr(msg, want) &&
+                      strstr(msg, ddpc_world(T_rt)->host) && strstr(msg, dir),
+                  "rank %d: %s", T_rank, msg);
+    ddpc_ckpt_meta_t mt = some_meta(5);
+    ck_assert_int_eq(ddpc_ckpt_save(b.ck, &mt), DDPC_ERR_BUSY);
+    ck_assert_int_eq(ddpc_ckpt_load(b.ck, NULL, NULL, NULL, 0), DDPC_ERR_NOT_FOUND);
+    /* waiting: refused after about the wait, and saying it waited */
+    setenv("DDPC_CKPT_LOCK_WAIT", "0.5", 1);
+    model_t c;
+    build(&c, SAME, DDPC_OPTIM_SGD, dir, 0, 0);
+    unsetenv("DDPC_CKPT_LOCK_WAIT");
+    struct timespec ts0, ts1;
+    clock_gettime(CLOCK_MONOTONIC, &ts0);
+    ck_assert_int_eq(ddpc_ckpt_prepare(c.ck), DDPC_ERR_BUSY);
+    if (T_rank == 0) {
+        clock_gettime(CLOCK_MONOTONIC, &ts1);
+        ck_assert_double_ge((double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec), 0.45);
+        ck_assert_ptr_nonnull(strstr(ddpc_ckpt_last_error(c.ck), "waited"));
+    }
+    ddpc_ckpt_destroy(a.ck); /* the lock is released: b may write */
+    a.ck = NULL;
+    CK_OK(&b, ddpc_ckpt_save(b.ck, &mt));
+    ck_assert_int_eq(ddpc_ckpt_prepare(c.ck), DDPC_ERR_BUSY);
+    destroy(&a);
+    destroy(&b);
+    destroy(&c);
+    remove_dir(dir);
+}
+END_TEST
+
 static Suite *ckpt_suite(void)
 {
     Suite *s = suite_create("ckpt");
@@ -543,6 +604,7 @@ static Suite *ckpt_suite(void)
     tcase_add_test(bad, other_model_refused_naming_the_parameter);
     tcase_add_test(bad, write_errors_reach_every_rank);
     tcase_add_test(bad, bad_config);
+    tcase_add_test(bad, second_writer_is_refused);
     suite_add_tcase(s, bad);
     return s;
 }

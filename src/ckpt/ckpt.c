@@ -8,12 +8,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef DDPC_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
 
 const char *ddpc_ckpt_last_error(ddpc_ckpt_t ck) { return ck ? ck->err : "no checkpoint handle"; }
+
+const char *ddpc_ckpt_dir(ddpc_ckpt_t ck) { return ck ? ck->dir : ""; }
 
 const char *ck_body(ddpc_ckpt_t ck, const char *msg)
 {
@@ -31,7 +34,8 @@ static ddpc_status_t read_env(ddpc_ckpt_t ck)
     if ((st = ddpc_env_long(rt, "DDPC_CKPT_KEEP", 0, 1000000, &keep)) ||
         (st = ddpc_env_long(rt, "DDPC_CKPT_ASYNC", 0, 1, &async)) ||
         (st = ddpc_env_double(rt, "DDPC_CKPT_CHUNK_MB", 1.0 / 1024, 1 << 20, &chunk)) ||
-        (st = ddpc_env_double(rt, "DDPC_CKPT_TEST_STALL", 0, 3600, &ck->stall_s))) {
+        (st = ddpc_env_double(rt, "DDPC_CKPT_TEST_STALL", 0, 3600, &ck->stall_s)) ||
+        (st = ddpc_env_double(rt, "DDPC_CKPT_LOCK_WAIT", 0, 86400, &ck->lock_wait_s))) {
         snprintf(ck->err, sizeof ck->err, "%s", ddpc_last_error(rt));
         return st;
     }
@@ -159,6 +163,7 @@ ddpc_status_t ddpc_ckpt_create(ddpc_ddp_t ddp, ddpc_optim_t opt, const ddpc_ckpt
     ck->rank = ddpc_comm_rank(ck->comm);
     ck->size = ddpc_comm_size(ck->comm);
     ck->cfg = cfg ? *cfg : defaults;
+    ck->lock_fd = -1;
     snprintf(ck->prefix, sizeof ck->prefix, "ddpc[rank %d/%d %s]", ck->rank, ck->size,
              ddpc_world(ck->rt)->host);
     *out = ck;
@@ -179,6 +184,7 @@ void ddpc_ckpt_destroy(ddpc_ckpt_t ck)
     if (ck->async_st != DDPC_OK)
         ddpc_log(ck->rt, DDPC_LOG_ERROR, "%s (asynchronous save never waited for)",
                  ck_body(ck, ck->job.err));
+    ck_lock_release(ck);
     free(ck->job.items);
     free(ck->snap);
     free(ck->user);
@@ -443,7 +449,10 @@ static ddpc_status_t start_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
         return ck_err(ck, DDPC_ERR_INVALID, "meta.rng_bytes is %zu, at most %zu",
                       j->meta.rng_bytes, sizeof j->meta.rng);
     snprintf(j->path, sizeof j->path, "%s/ckpt-%08llu.h5", ck->dir, (unsigned long long)j->meta.step);
-    snprintf(j->tmp, sizeof j->tmp, "%s.tmp", j->path);
+    /* a name of this writer's own: another job's cleanup cannot take it */
+    snprintf(j->tmp, sizeof j->tmp, "%s.tmp.%ld.%s", j->path, (long)getpid(),
+             ddpc_world(ck->rt)->host);
+    j->exclusive = ck->lock_state == CK_LOCK_HELD;
     j->world_size = ck->size;
     j->keep = ck->cfg.keep;
     j->fingerprint = ck_model_fingerprint(ck->ddp);

@@ -21,6 +21,7 @@
 #define CK_MAX_ATTRS 64
 #define CK_ATTR_NAME 64
 #define CK_ATTR_STR 1024
+#define CK_LOCK_FILE "ddpc.lock" /* in the directory: lock.c */
 #define CK_PIECE ((size_t)8 << 20) /* bytes per HDF5 read or write: the CRC's input is still cached */
 
 /* A user attribute: a double or a string. */
@@ -50,9 +51,10 @@ typedef struct {
  * while an async save is in flight). items[0, nparams) are the parameters. */
 typedef struct {
     char prefix[112];             /* messages: "ddpc[rank 0/n host]" */
-    char dir[CK_DIR_MAX], path[CK_FILE_MAX], tmp[CK_FILE_MAX + 8];
+    char dir[CK_DIR_MAX], path[CK_FILE_MAX], tmp[CK_FILE_MAX + 320]; /* path.tmp.<pid>.<host> */
     ddpc_ckpt_meta_t meta;
     int world_size, keep;
+    int exclusive;                /* the directory's lock is held: any .tmp is stale */
     uint64_t fingerprint;
     int has_optim;
     ddpc_optim_config_t ocfg;
@@ -87,6 +89,9 @@ struct ddpc_ckpt {
     char prefix[112];
     char err[DDPC_ERRMSG_LEN];
     int prepared;                 /* rank 0: ck_prepare_dir succeeded */
+    enum { CK_LOCK_OFF, CK_LOCK_HELD, CK_LOCK_NONE } lock_state; /* NONE: no locks there */
+    int lock_fd;                  /* rank 0, HELD: the open <dir>/ddpc.lock */
+    double lock_wait_s;           /* DDPC_CKPT_LOCK_WAIT */
 
     ck_attr_t attrs[CK_MAX_ATTRS];
     int nattrs;
@@ -139,6 +144,16 @@ ddpc_status_t ck_bcast_floats(ddpc_ckpt_t ck, float *host, size_t n);
 /* write.c, rank 0: the checkpoint directory made (mkdir -p) and a file
  * created and removed in it; a dangling symbolic link is named as such. */
 ddpc_status_t ck_prepare_dir(ddpc_ckpt_t ck);
+/* lock.c, rank 0: the directory's lock taken (waiting up to lock_wait_s),
+ * DDPC_ERR_BUSY naming the holder; a file system without locks is warned
+ * about and gives DDPC_OK unlocked. release: at destroy. */
+ddpc_status_t ck_lock_take(ddpc_ckpt_t ck);
+void ck_lock_release(ddpc_ckpt_t ck);
+/* Whether the directory entry name is a save's temporary file that can go:
+ * any of them when exclusive (the lock is held), else only one of a dead
+ * process of this host. */
+int ck_tmp_is_stale(const char *name, const char *host, int exclusive);
+
 /* write.c: write job->path crash-atomically (tmp, fsync, rename, fsync dir),
  * then keep the newest job->keep. Sets job->st and job->err. */
 ddpc_status_t ck_write(ck_job_t *job);

@@ -1,7 +1,8 @@
 # src/ckpt: HDF5 checkpoints (rank 0 writes, load on rank 0 and broadcast).
 include_HEADERS += include/ddpc_ckpt.h
 libddpc_la_SOURCES += src/ckpt/ckpt_internal.h src/ckpt/ckpt.c src/ckpt/crc.c src/ckpt/h5.c \
-	src/ckpt/write.c src/ckpt/load.c
+	src/ckpt/write.c src/ckpt/load.c src/ckpt/lock.c \
+	src/ckpt/names.c
 dist_doc_DATA += doc/checkpoint.md
 
 if HAVE_CHECK
@@ -17,7 +18,12 @@ tests_check_ckpt_crc_SOURCES = tests/check_ckpt_crc.c src/ckpt/crc.c
 tests_check_ckpt_crc_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/src/ckpt $(HDF5_CFLAGS) $(ZLIB_CFLAGS)
 tests_check_ckpt_crc_CFLAGS = $(DDPC_TEST_CF)
 tests_check_ckpt_crc_LDADD = $(CHECK_LIBS) $(ZLIB_LIBS)
-TESTS += tests/ckpt.mpi tests/check_ckpt_crc
+# which temporary files a save removes (names.c has no dependencies)
+check_PROGRAMS += tests/check_ckpt_names
+tests_check_ckpt_names_SOURCES = tests/check_ckpt_names.c src/ckpt/names.c
+tests_check_ckpt_names_CFLAGS = $(DDPC_TEST_CF)
+tests_check_ckpt_names_LDADD = $(CHECK_LIBS)
+TESTS += tests/ckpt.mpi tests/check_ckpt_crc tests/check_ckpt_names
 endif
 dist_check_DATA += tests/ckpt.mpi
 

@@ -1,5 +1,5 @@
 /* write.c: rank 0's writer. One save = one HDF5 file written as
- * <dir>/ckpt-<step>.h5.tmp, closed, fsynced, renamed to ckpt-<step>.h5, the
+ * <dir>/ckpt-<step>.h5.tmp.<pid>.<host>, closed, fsynced, renamed to ckpt-<step>.h5, the
  * directory fsynced; then older files beyond `keep` are removed. A failure
  * removes the .tmp and touches nothing else. Runs on the caller's thread
  * (sync save) or the background thread (async save); it only reads the job. */
@@ -98,26 +98,23 @@ int ck_list(const char *dir, char (**paths)[CK_FILE_MAX])
     return n;
 }
 
-/* Remove the .tmp of a writer that died (nothing else writes here while we
- * do): exactly "ckpt-<digits>.h5.tmp", the name ck_write gives its .tmp. */
+/* Remove the temporary files of writers that died (ck_tmp_is_stale). */
 static void remove_stale_tmp(ck_job_t *j)
 {
     DIR *d = opendir(j->dir);
     if (!d)
         return;
-    static const char sfx[] = ".tmp";
-    char p[CK_FILE_MAX + 256], base[256];
+    char p[CK_FILE_MAX + 256];
+    const char *host = ddpc_world(j->rt)->host;
     for (struct dirent *e; (e = readdir(d));) {
-        size_t len = strlen(e->d_name), ns = sizeof sfx - 1;
-        if (len <= ns || len - ns >= sizeof base || strcmp(e->d_name + len - ns, sfx))
-            continue;
-        snprintf(base, sizeof base, "%.*s", (int)(len - ns), e->d_name);
-        if (file_step(base) < 0) /* not ckpt-<digits>.h5 + .tmp */
+        if (!ck_tmp_is_stale(e->d_name, host, j->exclusive))
             continue;
         snprintf(p, sizeof p, "%s/%s", j->dir, e->d_name);
         if (unlink(p) != 0 && errno != ENOENT)
             ddpc_log(j->rt, DDPC_LOG_WARN, "ckpt: cannot remove the stale %s: %s", p,
                      strerror(errno));
+        else
+            ddpc_log(j->rt, DDPC_LOG_INFO, "ckpt: removed %s, left by a writer that died", p);
     }
     closedir(d);
 }
@@ -182,7 +179,7 @@ ddpc_status_t ck_prepare_dir(ddpc_ckpt_t ck)
                       "create a file in it: %s", ck->dir, strerror(errno));
     close(fd);
     unlink(probe);
-    return DDPC_OK;
+    return ck_lock_take(ck);
 }
 
 static int fsync_path(const char *path, int flags)
