@@ -3,7 +3,7 @@
 noinst_LTLIBRARIES += examples/libtrainer.la
 examples_libtrainer_la_SOURCES = \
 	examples/model.h examples/model.c examples/model_cpu.c \
-	examples/options.h examples/options.c \
+	examples/options.h examples/options.c examples/marker.h examples/marker.c \
 	examples/device.h examples/device.c
 examples_libtrainer_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 examples_libtrainer_la_LIBADD = $(BLAS_LIBS) -lm
@@ -33,35 +33,13 @@ endif
 
 # the trainer: ./trainer at the top of the build tree, installed in bindir
 bin_PROGRAMS += trainer
-trainer_SOURCES = examples/trainer.c
+trainer_SOURCES = examples/trainer.c examples/trainer.h examples/trainer_util.c \
+	examples/trainer_ckpt.c
 trainer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/examples $(ZLIB_CFLAGS) $(trainer_cuda_cppflags)
 trainer_LDADD = examples/libtrainer.la libddpc.la $(ZLIB_LIBS) -lm
 
 TESTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh tests/slurm-faults.sh \
-	tests/trainer-resume.sh tests/trainer-sigint.sh tests/trainer-errors.sh
+	tests/trainer-resume.sh tests/trainer-sigint.sh tests/trainer-errors.sh tests/trainer-lock.sh
 dist_check_SCRIPTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh \
-	tests/slurm-faults.sh tests/trainer-resume.sh tests/trainer-sigint.sh \
+	tests/slurm-faults.sh tests/trainer-resume.sh tests/trainer-sigint.sh tests/trainer-lock.sh \
 	tests/trainer-errors.sh
-
-# libFuzzer targets (configure --enable-fuzzing, clang): the idx reader, the
-# trainer's command line and the checkpoint loader (files built from a recipe);
-# `make fuzz` runs each for FUZZ_SECONDS from its seeds
-EXTRA_DIST += tests/fuzz/fuzz_idx.c tests/fuzz/fuzz_options.c tests/fuzz/fuzz_ckpt.c \
-	tests/fuzz/run.sh tests/fuzz/seeds
-if ENABLE_FUZZING
-noinst_PROGRAMS += tests/fuzz/fuzz_idx tests/fuzz/fuzz_options tests/fuzz/fuzz_ckpt
-tests_fuzz_fuzz_idx_SOURCES = tests/fuzz/fuzz_idx.c
-tests_fuzz_fuzz_idx_LDFLAGS = -fsanitize=fuzzer -no-install
-tests_fuzz_fuzz_idx_LDADD = libddpc.la
-tests_fuzz_fuzz_options_SOURCES = tests/fuzz/fuzz_options.c
-tests_fuzz_fuzz_options_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/examples
-tests_fuzz_fuzz_options_LDFLAGS = -fsanitize=fuzzer -no-install
-tests_fuzz_fuzz_options_LDADD = examples/libtrainer.la libddpc.la -lm
-tests_fuzz_fuzz_ckpt_SOURCES = tests/fuzz/fuzz_ckpt.c
-tests_fuzz_fuzz_ckpt_CPPFLAGS = $(AM_CPPFLAGS) $(HDF5_CFLAGS)
-tests_fuzz_fuzz_ckpt_LDFLAGS = -fsanitize=fuzzer -no-install
-tests_fuzz_fuzz_ckpt_LDADD = libddpc.la $(HDF5_LIBS) -lm
-FUZZ_SECONDS = 60
-fuzz: tests/fuzz/fuzz_idx$(EXEEXT) tests/fuzz/fuzz_options$(EXEEXT) tests/fuzz/fuzz_ckpt$(EXEEXT)
-	FUZZ_SECONDS=$(FUZZ_SECONDS) $(SHELL) $(top_srcdir)/tests/fuzz/run.sh $(top_srcdir)/tests/fuzz tests/fuzz
-endif

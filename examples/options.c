@@ -332,3 +332,35 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
         o->weight_decay = o->optimizer == DDPC_OPTIM_ADAMW ? 0.01 : 0.0;
     return 0;
 }
+
+int options_test_hooks(test_hooks_t *h, char *err, size_t n)
+{
+    h->fail_at_step = -1;
+    h->fail_marker = NULL;
+    h->step_sleep_s = 0;
+    const char *v = getenv("DDPC_TRAINER_TEST_FAIL_AT_STEP");
+    if (v && *v) {
+        char *end;
+        errno = 0;
+        long long s = strtoll(v, &end, 10);
+        if (end == v || errno || s < 0 || (*end && *end != ':')) {
+            snprintf(err, n, "DDPC_TRAINER_TEST_FAIL_AT_STEP=\"%s\": expected STEP[:MARKER], "
+                     "STEP an integer >= 0", v);
+            return -1;
+        }
+        h->fail_at_step = s;
+        h->fail_marker = *end == ':' && end[1] ? end + 1 : NULL;
+    }
+    v = getenv("DDPC_TRAINER_TEST_STEP_SLEEP");
+    if (v && *v) {
+        char *end;
+        errno = 0;
+        double d = strtod(v, &end);
+        if (end == v || *end || errno || !(d >= 0 && d <= 60)) {
+            snprintf(err, n, "DDPC_TRAINER_TEST_STEP_SLEEP=\"%s\": expected seconds in [0, 60]", v);
+            return -1;
+        }
+        h->step_sleep_s = d;
+    }
+    return 0;
+}

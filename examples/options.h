@@ -55,6 +55,17 @@ typedef struct {
     int help;                /* --help */
 } options_t;
 
+/* The test-only hooks (doc/trainer.md, "Test hooks"), from the environment,
+ * parsed strictly: a malformed value is a usage error, never a guess. */
+typedef struct {
+    int64_t fail_at_step;    /* DDPC_TRAINER_TEST_FAIL_AT_STEP=N[:MARKER] (-1: off) */
+    const char *fail_marker; /* its MARKER (a file), or NULL */
+    double step_sleep_s;     /* DDPC_TRAINER_TEST_STEP_SLEEP=SECONDS, 0..60 (0: off) */
+} test_hooks_t;
+
+/* 0, or -1 with a message naming the variable in err. */
+int options_test_hooks(test_hooks_t *h, char *err, size_t n);
+
 /* The defaults (doc/trainer.md lists them). */
 void options_default(options_t *o);
 

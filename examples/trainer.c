@@ -9,14 +9,12 @@
  *
  * Reading order: main() at the bottom, then train_epoch() and step().
  * Errors: any rank may fail (a missing file, a full disk); the ranks agree
- * with a tiny all-reduce (agree()) so that every rank stops together, and
+ * with a tiny all-reduce (tr_agree()) so that every rank stops together, and
  * the failing rank says why. */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "config.h"
-#include "ddpc.h"
 #include "device.h"
-#include "model.h"
-#include "options.h"
+#include "trainer.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -114,197 +112,11 @@ static int set_blas_threads(int requested, int local_size)
 #endif
 }
 
-/* ------------------------------------------------------------------ the trainer */
-typedef struct {
-    options_t opt;
-    ddpc_t rt;
-    const ddpc_world_t *w;
-    int rank, size;
-    ddpc_comm_t comm;               /* the world's (MPI, host memory): control messages */
-    ddpc_comm_t dcomm;              /* cuda: the device communicator the engine uses */
-    void *stream;                   /* cuda: the compute stream of the engine and model */
-    ddpc_ddp_t ddp;
-    ddpc_optim_t optim;
-    const model_ops_t *ops;         /* the device's model implementation */
-    int gpu;                        /* its GPU, -1 on the cpu */
-    model_t *model;
-    size_t nparams;                 /* floats in the parameter arena */
-    float *hparams;                 /* (nparams,) host: initialization, checksums */
-    int graphs;                     /* --cuda-graph on and possible here */
-    void *graph_exec[2];            /* a captured step per input slot (cudaGraphExec_t) */
-    ddpc_idx_t train, test;
-    ddpc_sampler_t sampler;
-    ddpc_loader_t loader;
-    ddpc_ckpt_t ckpt;               /* NULL: no checkpoints */
-    FILE *metrics;
-    int metrics_errno;              /* the first write error of --metrics (0: none) */
-    char err[1024];                 /* this rank's failure, said by fail() */
-    /* where training stands (what a checkpoint saves, with the sampler state) */
-    uint64_t epoch;                 /* current epoch, 0-based */
-    int64_t step;                   /* optimizer steps done */
-    int mid_epoch;                  /* resumed inside t->epoch: the loader is positioned */
-    int64_t saved_step;             /* step of the last checkpoint written or read (-1: none) */
-    ddpc_work_t vote;               /* the stop vote in flight (see stop_vote) */
-    int32_t vote_in, vote_out;      /* its buffers: this rank's signal, the max over ranks */
-    int stopped_by;                 /* the signal the vote stopped on (0: none) */
-    /* this run */
-    int64_t steps_per_epoch;        /* optimizer steps of a full epoch */
-    int64_t log_every;
-    float *eval_x;                  /* (EVAL_BATCH, dim) */
-    uint8_t *eval_y;
-    size_t *eval_idx;
-    double t_start;                 /* now() at start */
-    double train_s;                 /* seconds spent in training steps */
-    double samples_run;             /* global samples trained in this run */
-    int64_t steps_run;
-    double test_loss, test_acc;     /* of the last evaluation */
-    int64_t eval_step;              /* step of the last evaluation (-1: none) */
-} trainer_t;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Record this rank's failure; returns -1. */
-static int fail(trainer_t *t, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int k = snprintf(t->err, sizeof t->err, "trainer[rank %d/%d %s]: ", t->rank, t->size,
-                     t->w ? t->w->host : "?");
-    vsnprintf(t->err + k, sizeof t->err - (size_t)k, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* Collective: 0 when every rank's rc is 0. Otherwise each failing rank prints
- * its message and every rank returns -1, so all stop together. A failing
- * all-reduce leaves no way to agree: the job is aborted. */
-static int agree(trainer_t *t, int rc)
-{
-    int32_t mine = rc != 0, any = 0;
-    if (ddpc_allreduce(t->comm, &mine, &any, 1, DDPC_I32, DDPC_MAX) != DDPC_OK)
-        ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
-    if (mine)
-        fprintf(stderr, "%s\n", t->err[0] ? t->err : "trainer: failed (no message)");
-    return any ? -1 : 0;
-}
-
-/* agree() for a check that every rank makes of the same thing (the data
- * files, a shared directory): when rank 0 failed, only rank 0 says why (the
- * others would say the same); else every failing rank does. */
-static int agree_same(trainer_t *t, int rc)
-{
-    int32_t mine[2] = {rc != 0, t->rank == 0 && rc != 0}, any[2] = {0, 0};
-    if (ddpc_allreduce(t->comm, mine, any, 2, DDPC_I32, DDPC_MAX) != DDPC_OK)
-        ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
-    if (mine[0] && (t->rank == 0 || !any[1]))
-        fprintf(stderr, "%s\n", t->err[0] ? t->err : "trainer: failed (no message)");
-    return any[0] ? -1 : 0;
-}
-
-/* A failure in the middle of a step cannot be agreed on (the other ranks are
- * in a collective): end the job with the message. */
-static void fatal(trainer_t *t, const char *what, const char *msg)
-{
-    /* ddpc_abort prints the rank prefix once (it drops the one msg carries);
-     * say `what` only when the library's message does not start with it */
-    const char *body = msg;
-    if (!strncmp(body, "ddpc[rank ", 10) && strstr(body, "] "))
-        body = strstr(body, "] ") + 2;
-    size_t n = strlen(what);
-    char buf[1200];
-    if (!strncmp(body, what, n) && body[n] == ':')
-        snprintf(buf, sizeof buf, "trainer: %s", body);
-    else
-        snprintf(buf, sizeof buf, "trainer: %s: %s", what, body);
-    ddpc_abort(t->rt, TRAINER_EXIT_ERROR, buf);
-}
-
-/* rank 0 only, to stdout, flushed at once (logs of batch jobs are files) */
-static void say(trainer_t *t, const char *fmt, ...)
-#ifdef __GNUC__
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static void say(trainer_t *t, const char *fmt, ...)
-{
-    if (t->rank != 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    fflush(stdout);
-}
-
-/* --metrics could not be written (errno e): said once; the exit becomes 1 */
-static void metrics_failed(trainer_t *t, int e)
-{
-    if (t->metrics_errno)
-        return;
-    t->metrics_errno = e ? e : EIO;
-    fprintf(stderr, "trainer[rank 0/%d %s]: warning: --metrics \"%s\": cannot write: %s; "
-            "training goes on, and a run that completes exits 1\n", t->size, t->w->host, t->opt.metrics,
-            strerror(t->metrics_errno));
-}
-
-/* one JSON object per line, rank 0, flushed so that a killed job keeps it */
-static void metric(trainer_t *t, const char *fmt, ...)
-#ifdef __GNUC__
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static void metric(trainer_t *t, const char *fmt, ...)
-{
-    if (t->rank != 0 || !t->metrics)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    errno = 0;
-    int bad = vfprintf(t->metrics, fmt, ap) < 0;
-    va_end(ap);
-    bad |= fputc('\n', t->metrics) == EOF;
-    bad |= fflush(t->metrics) != 0;
-    if (bad || ferror(t->metrics)) {
-        metrics_failed(t, errno);
-        clearerr(t->metrics);
-    }
-}
-
-/* s as a JSON string literal, quotes included */
-static const char *json_str(const char *s, char *buf, size_t n)
-{
-    size_t k = 0;
-    buf[k++] = '"';
-    for (; *s && k + 8 < n; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            k += (size_t)snprintf(buf + k, n - k, "\\%c", c);
-        else if (c < 0x20)
-            k += (size_t)snprintf(buf + k, n - k, "\\u%04x", c);
-        else
-            buf[k++] = (char)c;
-    }
-    buf[k++] = '"';
-    buf[k] = 0;
-    return buf;
-}
-
-/* A failure of the model's device work inside a step: end the job. */
-static void model_fatal(trainer_t *t, const char *what)
-{
-    fatal(t, what, t->ops->error(t->model));
-}
-
 static uint32_t params_crc32(trainer_t *t)
 {
     size_t n = t->nparams;
     if (t->ops->params_io(t->model, t->hparams, 0))
-        model_fatal(t, "checksum");
+        tr_model_fatal(t, "checksum");
     const float *p = t->hparams;
     uLong crc = crc32(0L, Z_NULL, 0);
     const unsigned char *b = (const unsigned char *)p;
@@ -344,24 +156,24 @@ static int open_data(trainer_t *t)
                            ? ""
                            : "; install Debian's dataset-fashion-mnist or pass --data DIR";
     if (stat(t->opt.data, &sb) != 0)
-        return fail(t, "--data \"%s\": not a directory: %s%s", t->opt.data, strerror(errno),
-                    hint);
+        return tr_fail(t, "--data \"%s\": not a directory: %s%s", t->opt.data, strerror(errno),
+                       hint);
     if (!S_ISDIR(sb.st_mode))
-        return fail(t, "--data \"%s\": not a directory: a %s (give the directory that holds "
-                    "the idx files)", t->opt.data, S_ISREG(sb.st_mode) ? "regular file" : "special file");
+        return tr_fail(t, "--data \"%s\": not a directory: a %s (give the directory that holds "
+                       "the idx files)", t->opt.data, S_ISREG(sb.st_mode) ? "regular file" : "special file");
     for (int i = 0; i < 2; i++) {
         if (ddpc_idx_default_paths(t->opt.data, splits[i], img, lab, sizeof img))
-            return fail(t, "--data \"%s\": path too long", t->opt.data);
+            return tr_fail(t, "--data \"%s\": path too long", t->opt.data);
         if (ddpc_idx_open(img, lab, &c, ds[i]) != DDPC_OK)
-            return fail(t, "%s", ddpc_idx_last_error(*ds[i]));
+            return tr_fail(t, "%s", ddpc_idx_last_error(*ds[i]));
     }
     size_t dim = ddpc_idx_dim(t->train);
     if (ddpc_idx_dim(t->test) != dim)
-        return fail(t, "--data \"%s\": train images have %zu pixels, test images %zu", t->opt.data,
-                    dim, ddpc_idx_dim(t->test));
+        return tr_fail(t, "--data \"%s\": train images have %zu pixels, test images %zu", t->opt.data,
+                       dim, ddpc_idx_dim(t->test));
     if ((size_t)t->size > ddpc_idx_count(t->train) || (size_t)t->size > ddpc_idx_count(t->test))
-        return fail(t, "%d ranks but only %zu training / %zu test samples", t->size,
-                    ddpc_idx_count(t->train), ddpc_idx_count(t->test));
+        return tr_fail(t, "%d ranks but only %zu training / %zu test samples", t->size,
+                       ddpc_idx_count(t->train), ddpc_idx_count(t->test));
     t->opt.model.inputs = (int)dim;
     return 0;
 }
@@ -380,14 +192,14 @@ static int build_model(trainer_t *t)
     dc.compress = o->grad_dtype;
     dc.stream = t->stream;
     if (ddpc_ddp_create(t->dcomm ? t->dcomm : t->comm, &dc, &t->ddp) != DDPC_OK)
-        return fail(t, "%s", ddpc_ddp_last_error(t->ddp));
+        return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
     for (int i = 0; i < model_num_params(&o->model); i++) {
         char name[32];
         int ndim;
         int64_t shape[2];
         model_param_desc(&o->model, i, name, &ndim, shape);
         if (ddpc_ddp_add_param(t->ddp, name, ndim, shape, NULL) != DDPC_OK)
-            return fail(t, "%s", ddpc_ddp_last_error(t->ddp));
+            return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
     }
     return 0;
 }
@@ -407,24 +219,24 @@ static int start_model(trainer_t *t)
     /* fp16: PyTorch GradScaler's defaults (65536, x2 every 2000 good steps, x0.5) */
     oc.dynamic_loss_scale = o->precision == PRECISION_FP16;
     if (ddpc_optim_create(t->ddp, &oc, &t->optim) != DDPC_OK)
-        return fail(t, "%s", ddpc_ddp_last_error(t->ddp));
+        return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
     int max_batch = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
     model_place_t where = {t->gpu, t->stream, o->precision,
                            ddpc_optim_loss_scale_device(t->optim)};
     char err[512];
     t->model = t->ops->create(&o->model, &where, max_batch, params, grads, err, sizeof err);
     if (!t->model)
-        return fail(t, "%s", err);
+        return tr_fail(t, "%s", err);
     t->hparams = malloc(t->nparams * sizeof(float));
     t->eval_x = malloc((size_t)EVAL_BATCH * ddpc_idx_dim(t->test) * sizeof(float));
     t->eval_y = malloc(EVAL_BATCH);
     t->eval_idx = malloc(EVAL_BATCH * sizeof(size_t));
     if (!t->hparams || !t->eval_x || !t->eval_y || !t->eval_idx)
-        return fail(t, "out of memory for batch buffers");
+        return tr_fail(t, "out of memory for batch buffers");
     if (t->rank == 0) { /* the initial parameters; broadcast later */
         model_init_params(&o->model, o->seed, t->hparams);
         if (t->ops->params_io(t->model, t->hparams, 1))
-            return fail(t, "%s", t->ops->error(t->model));
+            return tr_fail(t, "%s", t->ops->error(t->model));
     }
     return 0;
 }
@@ -437,176 +249,13 @@ static int start_data(trainer_t *t)
     sc.drop_last = 0;
     if (ddpc_sampler_create(ddpc_idx_count(t->train), t->rank, t->size,
                             (size_t)t->opt.batch_size, &sc, &t->sampler) != DDPC_OK)
-        return fail(t, "%s", ddpc_sampler_last_error(t->sampler));
+        return tr_fail(t, "%s", ddpc_sampler_last_error(t->sampler));
     if (ddpc_loader_create(t->train, t->sampler, NULL, &t->loader) != DDPC_OK)
-        return fail(t, "%s", ddpc_loader_last_error(t->loader));
+        return tr_fail(t, "%s", ddpc_loader_last_error(t->loader));
     int64_t batches = (int64_t)ddpc_sampler_num_batches(t->sampler);
     t->steps_per_epoch = (batches + t->opt.grad_accum - 1) / t->opt.grad_accum;
     t->log_every = t->opt.log_every ? t->opt.log_every
                                     : (t->steps_per_epoch >= 10 ? t->steps_per_epoch / 10 : 1);
-    return 0;
-}
-
-/* ------------------------------------------------------------------ checkpoints */
-static int open_checkpoints(trainer_t *t)
-{
-    const options_t *o = &t->opt;
-    static char dir[4096];
-    ddpc_ckpt_config_t c = DDPC_CKPT_CONFIG_INIT;
-    if (o->ckpt_dir) {
-        c.dir = o->ckpt_dir;
-    } else if (o->resume == RESUME_FILE) { /* read only: the file's directory */
-        snprintf(dir, sizeof dir, "%s", o->resume_file);
-        c.dir = dirname(dir);
-    } else {
-        return 0;
-    }
-    c.keep = o->ckpt_keep;
-    if (ddpc_ckpt_create(t->ddp, t->optim, &c, &t->ckpt) != DDPC_OK)
-        return fail(t, "%s", ddpc_ckpt_last_error(t->ckpt));
-    char desc[128];
-    model_describe(&o->model, desc, sizeof desc);
-    if (ddpc_ckpt_set_user_attr_string(t->ckpt, "trainer_model", desc) != DDPC_OK ||
-        ddpc_ckpt_set_user_attr_string(t->ckpt, "trainer_data", o->data) != DDPC_OK ||
-        ddpc_ckpt_set_user_attr_double(t->ckpt, "trainer_batch_size", o->batch_size) != DDPC_OK ||
-        ddpc_ckpt_set_user_attr_double(t->ckpt, "trainer_grad_accum", o->grad_accum) != DDPC_OK)
-        return fail(t, "%s", ddpc_ckpt_last_error(t->ckpt));
-    return 0;
-}
-
-/* After a load: this run's options against the checkpoint's. The library
- * restored the checkpoint's learning rate with the optimizer's state (a
- * program with a schedule wants that); this program's rate is its --lr
- * (given or the default), constant, so it is set again, as the library keeps
- * this run's momentum and weight decay. Every rank holds the same values. */
-static void resume_options(trainer_t *t, const char *path)
-{
-    const options_t *o = &t->opt;
-    double lr = ddpc_optim_config(t->optim)->lr;
-    if (lr != o->lr) {
-        if (t->rank == 0)
-            ddpc_log(t->rt, DDPC_LOG_WARN, "trainer: %s was saved with --lr %g; continuing with "
-                     "--lr %g", path, lr, o->lr);
-        ddpc_optim_set_lr(t->optim, o->lr);
-    }
-    /* the data position is in samples: another batch or accumulation goes on
-       from the same sample, but the steps are no longer those of the saved run */
-    static const char *const names[] = {"batch-size", "grad-accum"};
-    const char *attrs[] = {"trainer_batch_size", "trainer_grad_accum"};
-    const double here[] = {o->batch_size, o->grad_accum};
-    for (int i = 0; i < 2 && t->rank == 0; i++) {
-        double v;
-        if (ddpc_ckpt_get_user_attr_double(t->ckpt, attrs[i], &v) == DDPC_OK && v != here[i])
-            ddpc_log(t->rt, DDPC_LOG_WARN, "trainer: %s was saved with --%s %g; continuing with "
-                     "--%s %g", path, names[i], v, names[i], here[i]);
-    }
-}
-
-/* Collective: --resume. Parameters, optimizer state and the data position
- * come back from rank 0's read of the file; the loader is positioned so that
- * the next batch is the one the saved run would have drawn next. */
-static int resume(trainer_t *t)
-{
-    const options_t *o = &t->opt;
-    if (!t->ckpt || o->resume == RESUME_NEVER)
-        return 0;
-    ddpc_ckpt_meta_t m;
-    char path[4096];
-    ddpc_status_t st = ddpc_ckpt_load(t->ckpt, o->resume == RESUME_FILE ? o->resume_file : NULL,
-                                      &m, path, sizeof path);
-    if (st == DDPC_ERR_NOT_FOUND && o->resume == RESUME_AUTO) {
-        say(t, "trainer: no checkpoint in %s: starting from scratch\n", o->ckpt_dir);
-        return 0;
-    }
-    if (st == DDPC_ERR_TIMEOUT) /* rank 0 gone or stuck: the ranks that remain say so, end */
-        fatal(t, "resume", ddpc_ckpt_last_error(t->ckpt));
-    if (st != DDPC_OK) { /* every rank has the same status; rank 0 says why */
-        if (t->rank == 0)
-            fprintf(stderr, "%s\n", ddpc_ckpt_last_error(t->ckpt));
-        if (t->rank == 0 && st == DDPC_ERR_MISMATCH)
-            fprintf(stderr, "trainer: the checkpoint is of another model or optimizer: use the "
-                            "same --model/--hidden/--optimizer, another --ckpt-dir, or --resume "
-                            "never\n");
-        return -1;
-    }
-    if (!m.has_sampler) { /* the same file on every rank */
-        if (t->rank == 0)
-            fprintf(stderr, "trainer: %s holds no data position (sampler state): not a trainer "
-                            "checkpoint\n", path);
-        return -1;
-    }
-    t->step = (int64_t)m.step;
-    t->saved_step = t->step;
-    ddpc_sampler_state_t s = {m.sampler_seed, m.sampler_epoch, m.sampler_consumed,
-                              m.sampler_dataset_size, m.sampler_shuffle, m.sampler_drop_last};
-    if (s.consumed >= s.dataset_size) { /* saved at an epoch's end: start the next */
-        t->epoch = s.epoch + 1;
-    } else {
-        t->epoch = s.epoch;
-        int rc = 0;
-        if (ddpc_loader_resume(t->loader, &s) != DDPC_OK)
-            rc = fail(t, "resuming from %s: %s", path, ddpc_loader_last_error(t->loader));
-        if (agree(t, rc))
-            return -1;
-        t->mid_epoch = 1;
-    }
-    say(t, "trainer: resumed from %s: step %lld, epoch %llu, %llu of %llu samples of the epoch "
-           "done (saved by %d rank(s))\n",
-        path, (long long)t->step, (unsigned long long)s.epoch + 1,
-        (unsigned long long)s.consumed, (unsigned long long)s.dataset_size, m.world_size);
-    resume_options(t, path);
-    return 0;
-}
-
-/* Collective: the result of an asynchronous save still in flight
- * (DDPC_CKPT_ASYNC=1), before the run ends on it. */
-static int wait_checkpoint(trainer_t *t)
-{
-    if (!t->ckpt || !t->opt.ckpt_dir || ddpc_ckpt_wait(t->ckpt) == DDPC_OK)
-        return 0;
-    if (t->rank == 0)
-        fprintf(stderr, "%s\n", ddpc_ckpt_last_error(t->ckpt));
-    return -1;
-}
-
-/* Collective: write a checkpoint of the state after the last optimizer step.
- * last: the run ends on it (exit 0 or 3): an asynchronous save is waited for,
- * and so is one of this step already in flight. */
-static int save_checkpoint(trainer_t *t, const char *why, int last)
-{
-    if (!t->ckpt || !t->opt.ckpt_dir)
-        return 0;
-    if (t->saved_step == t->step)
-        return last ? wait_checkpoint(t) : 0;
-    ddpc_sampler_state_t s;
-    if (ddpc_loader_get_state(t->loader, &s) != DDPC_OK)
-        fatal(t, "checkpoint", ddpc_loader_last_error(t->loader));
-    ddpc_ckpt_meta_t m;
-    memset(&m, 0, sizeof m);
-    m.step = (uint64_t)t->step;
-    m.epoch = s.epoch;
-    m.has_sampler = 1;
-    m.sampler_seed = s.seed;
-    m.sampler_epoch = s.epoch;
-    m.sampler_consumed = s.consumed;
-    m.sampler_dataset_size = s.dataset_size;
-    m.sampler_shuffle = s.shuffle;
-    m.sampler_drop_last = s.drop_last;
-    double t0 = now();
-    if (ddpc_ckpt_save(t->ckpt, &m) != DDPC_OK) { /* rank 0's status on every rank */
-        if (t->rank == 0)
-            fprintf(stderr, "%s\n", ddpc_ckpt_last_error(t->ckpt));
-        return -1;
-    }
-    t->saved_step = t->step;
-    if (last && wait_checkpoint(t))
-        return -1;
-    say(t, "checkpoint: %s/ckpt-%08lld.h5 (%s, step %lld, %.2fs)\n", t->opt.ckpt_dir,
-        (long long)t->step, why, (long long)t->step, now() - t0);
-    char path[4200], js[8400];
-    snprintf(path, sizeof path, "%s/ckpt-%08lld.h5", t->opt.ckpt_dir, (long long)t->step);
-    metric(t, "{\"event\":\"checkpoint\",\"step\":%lld,\"reason\":\"%s\",\"path\":%s}",
-           (long long)t->step, why, json_str(path, js, sizeof js));
     return 0;
 }
 
@@ -620,21 +269,21 @@ static int evaluate(trainer_t *t)
     size_t hi = N * (size_t)(t->rank + 1) / (size_t)t->size;
     model_stats_t ms;
     if (t->ops->stats(t->model, &ms)) /* training's since the last log line: not ours */
-        model_fatal(t, "evaluation");
+        tr_model_fatal(t, "evaluation");
     for (size_t b = lo; b < hi; b += EVAL_BATCH) {
         size_t n = hi - b < EVAL_BATCH ? hi - b : EVAL_BATCH;
         for (size_t i = 0; i < n; i++)
             t->eval_idx[i] = b + i;
         if (ddpc_idx_gather(t->test, t->eval_idx, n, t->eval_x, t->eval_y) != DDPC_OK)
-            fatal(t, "evaluation", ddpc_idx_last_error(t->test));
+            tr_fatal(t, "evaluation", ddpc_idx_last_error(t->test));
         if (t->ops->upload(t->model, t->eval_x, t->eval_y, (int)n) || t->ops->forward(t->model))
-            model_fatal(t, "evaluation");
+            tr_model_fatal(t, "evaluation");
     }
     if (t->ops->stats(t->model, &ms))
-        model_fatal(t, "evaluation");
+        tr_model_fatal(t, "evaluation");
     double sums[2] = {ms.loss_samples, ms.correct}, total[2];
     if (ddpc_allreduce(t->comm, sums, total, 2, DDPC_F64, DDPC_SUM) != DDPC_OK)
-        fatal(t, "evaluation", ddpc_last_error(t->rt));
+        tr_fatal(t, "evaluation", ddpc_last_error(t->rt));
     t->test_loss = total[0] / (double)N;
     t->test_acc = total[1] / (double)N;
     t->eval_step = t->step;
@@ -692,7 +341,7 @@ static int graph_step(trainer_t *t, int n)
                      "without graphs)", (long long)t->step + 1, erc ? ", " : "", erc ? err : "",
                      why);
             model_cuda_graph_free(exec);
-            fatal(t, "cuda graph", m);
+            tr_fatal(t, "cuda graph", m);
         }
         if (erc) {
             graph_off(t, err);
@@ -701,9 +350,9 @@ static int graph_step(trainer_t *t, int n)
         t->graph_exec[slot] = exec;
     }
     if (model_cuda_graph_launch(t->graph_exec[slot], t->stream, err, sizeof err))
-        fatal(t, "cuda graph", err);
+        tr_fatal(t, "cuda graph", err);
     if (ddpc_comm_watch(t->dcomm, "a CUDA graph of one training step") != DDPC_OK)
-        fatal(t, "cuda graph", ddpc_last_error(t->rt));
+        tr_fatal(t, "cuda graph", ddpc_last_error(t->rt));
     return 1;
 }
 #else
@@ -723,11 +372,11 @@ static size_t step(trainer_t *t, int k, stats_t *st)
     for (int m = 0; m < k; m++) {
         ddpc_batch_t b;
         if (ddpc_loader_next(t->loader, &b) != DDPC_OK)
-            fatal(t, "data", ddpc_loader_last_error(t->loader));
+            tr_fatal(t, "data", ddpc_loader_last_error(t->loader));
         if (b.n == 0)
-            fatal(t, "data", "the loader ran out of batches inside an accumulation window");
+            tr_fatal(t, "data", "the loader ran out of batches inside an accumulation window");
         if (t->ops->upload(t->model, b.x, b.y, (int)b.n))
-            model_fatal(t, "data");
+            tr_model_fatal(t, "data");
         if (k == 1 && graph_step(t, (int)b.n)) {
             st->batches += 1;
             st->samples += (double)b.n;
@@ -738,20 +387,20 @@ static size_t step(trainer_t *t, int k, stats_t *st)
         if (s == DDPC_OK && m == 0)
             s = ddpc_ddp_zero_grad(t->ddp);
         if (s != DDPC_OK)
-            fatal(t, "ddp", ddpc_ddp_last_error(t->ddp));
+            tr_fatal(t, "ddp", ddpc_ddp_last_error(t->ddp));
         if (t->ops->forward(t->model))
-            model_fatal(t, "forward");
+            tr_model_fatal(t, "forward");
         int brc = t->ops->backward(t->model, 1.0 / k, grad_ready, t->ddp);
         if (brc < 0)
-            model_fatal(t, "backward");
+            tr_model_fatal(t, "backward");
         if (brc || ddpc_ddp_wait(t->ddp) != DDPC_OK)
-            fatal(t, "ddp", ddpc_ddp_last_error(t->ddp));
+            tr_fatal(t, "ddp", ddpc_ddp_last_error(t->ddp));
         st->batches += 1;
         st->samples += (double)b.n;
         used += b.n;
     }
     if (ddpc_optim_step(t->optim, NULL) != DDPC_OK)
-        fatal(t, "optimizer", ddpc_ddp_last_error(t->ddp));
+        tr_fatal(t, "optimizer", ddpc_ddp_last_error(t->ddp));
     t->step++;
     return used;
 }
@@ -762,7 +411,7 @@ static int finish_vote(trainer_t *t)
     if (!t->vote)
         return 0;
     if (ddpc_work_wait(t->vote, -1) != DDPC_OK)
-        fatal(t, "stop vote", ddpc_last_error(t->rt));
+        tr_fatal(t, "stop vote", ddpc_last_error(t->rt));
     t->vote = NULL;
     return t->vote_out;
 }
@@ -784,7 +433,7 @@ static int stop_vote(trainer_t *t)
     t->vote_in = stop_signal;
     if (ddpc_iallreduce(t->comm, &t->vote_in, &t->vote_out, 1, DDPC_I32, DDPC_MAX, &t->vote) !=
         DDPC_OK)
-        fatal(t, "stop vote", ddpc_last_error(t->rt));
+        tr_fatal(t, "stop vote", ddpc_last_error(t->rt));
     return 0;
 }
 
@@ -794,14 +443,14 @@ static void log_progress(trainer_t *t, stats_t *st, int64_t step_in_epoch, doubl
 {
     model_stats_t ms;
     if (t->ops->stats(t->model, &ms))
-        model_fatal(t, "log");
+        tr_model_fatal(t, "log");
     double sums[4] = {ms.loss_sum, st->batches, ms.correct, st->samples}, g[4];
     if (ddpc_allreduce(t->comm, sums, g, 4, DDPC_F64, DDPC_SUM) != DDPC_OK)
-        fatal(t, "log", ddpc_last_error(t->rt));
+        tr_fatal(t, "log", ddpc_last_error(t->rt));
     memset(st, 0, sizeof *st);
     if (t->rank != 0)
         return;
-    double elapsed = now() - t_epoch;
+    double elapsed = tr_now() - t_epoch;
     double sps = elapsed > 0 ? samples_epoch / elapsed : 0;
     /* time left: the steps still to do in this run, at this run's pace */
     int64_t total = (int64_t)t->opt.epochs * t->steps_per_epoch;
@@ -812,14 +461,14 @@ static void log_progress(trainer_t *t, stats_t *st, int64_t step_in_epoch, doubl
     fmt_duration(per_step * (double)(total - t->step), eta, sizeof eta);
     double loss = g[1] ? g[0] / g[1] : 0, acc = g[3] ? g[2] / g[3] : 0;
     if (!t->opt.quiet)
-        say(t, "epoch %llu/%d step %lld/%lld (%lld) loss %.4f acc %.3f %.0f samples/s eta %s\n",
-            (unsigned long long)t->epoch + 1, t->opt.epochs, (long long)step_in_epoch,
-            (long long)t->steps_per_epoch, (long long)t->step, loss, acc, sps, eta);
-    metric(t, "{\"event\":\"log\",\"epoch\":%llu,\"step\":%lld,\"loss\":%.6f,\"train_acc\":%.6f,"
+        tr_say(t, "epoch %llu/%d step %lld/%lld (%lld) loss %.4f acc %.3f %.0f samples/s eta %s\n",
+               (unsigned long long)t->epoch + 1, t->opt.epochs, (long long)step_in_epoch,
+               (long long)t->steps_per_epoch, (long long)t->step, loss, acc, sps, eta);
+    tr_metric(t, "{\"event\":\"log\",\"epoch\":%llu,\"step\":%lld,\"loss\":%.6f,\"train_acc\":%.6f,"
               "\"samples_per_s\":%.1f,\"lr\":%g,\"eta_s\":%.1f,\"time_s\":%.6f}",
-           (unsigned long long)t->epoch + 1, (long long)t->step, loss, acc, sps,
-           ddpc_optim_config(t->optim)->lr, per_step * (double)(total - t->step),
-           now() - t->t_start);
+              (unsigned long long)t->epoch + 1, (long long)t->step, loss, acc, sps,
+              ddpc_optim_config(t->optim)->lr, per_step * (double)(total - t->step),
+              tr_now() - t->t_start);
 }
 
 typedef enum { RUN_EPOCH_DONE, RUN_MAX_STEPS, RUN_STOPPED, RUN_FAILED } run_t;
@@ -831,11 +480,10 @@ typedef enum { RUN_EPOCH_DONE, RUN_MAX_STEPS, RUN_STOPPED, RUN_FAILED } run_t;
  * a restart gets past. */
 static void test_fail_at_step(trainer_t *t)
 {
-    const char *v = getenv("DDPC_TRAINER_TEST_FAIL_AT_STEP");
-    if (!v || t->rank != t->size - 1 || atoll(v) != t->step)
+    const char *marker = t->hooks.fail_marker;
+    if (t->hooks.fail_at_step < 0 || t->rank != t->size - 1 || t->hooks.fail_at_step != t->step)
         return;
-    const char *marker = strchr(v, ':');
-    if (marker && *++marker) {
+    if (marker) {
         if (access(marker, F_OK) == 0)
             return;
         FILE *f = fopen(marker, "w");
@@ -843,7 +491,8 @@ static void test_fail_at_step(trainer_t *t)
             fclose(f);
     }
     fprintf(stderr, "trainer[rank %d/%d]: DDPC_TRAINER_TEST_FAIL_AT_STEP=%s: exiting 1 after "
-            "step %lld, as a crash would\n", t->rank, t->size, v, (long long)t->step);
+            "step %lld, as a crash would\n", t->rank, t->size,
+            getenv("DDPC_TRAINER_TEST_FAIL_AT_STEP"), (long long)t->step);
     fflush(NULL);
     _exit(TRAINER_EXIT_ERROR);
 }
@@ -854,19 +503,18 @@ static run_t train_epoch(trainer_t *t)
     const int K = t->opt.grad_accum;
     /* for the preemption tests only: slow each step down so that a signal
      * sent from outside reliably arrives mid-run, however fast the machine */
-    const char *slow = getenv("DDPC_TRAINER_TEST_STEP_SLEEP");
-    const double sleep_s = slow ? atof(slow) : 0;
+    const double sleep_s = t->hooks.step_sleep_s;
     size_t batches_left = ddpc_sampler_num_batches(t->sampler); /* of this pass */
     stats_t st = {0, 0}; /* since the last progress line */
-    double t_epoch = now(), samples_epoch = 0;
+    double t_epoch = tr_now(), samples_epoch = 0;
     while (batches_left > 0) {
         if (t->opt.max_steps && t->step >= t->opt.max_steps)
             return RUN_MAX_STEPS;
         int k = batches_left < (size_t)K ? (int)batches_left : K;
-        double t0 = now();
+        double t0 = tr_now();
         stats_t s1 = {0, 0};
         step(t, k, &s1);
-        t->train_s += now() - t0;
+        t->train_s += tr_now() - t0;
         if (sleep_s > 0)
             nanosleep(&(struct timespec){(time_t)sleep_s, (long)(fmod(sleep_s, 1.0) * 1e9)}, NULL);
         t->steps_run++;
@@ -879,7 +527,7 @@ static run_t train_epoch(trainer_t *t)
             log_progress(t, &st, in_epoch, t_epoch, samples_epoch);
         if (stop_vote(t))
             return RUN_STOPPED;
-        if (t->opt.ckpt_every && t->step % t->opt.ckpt_every == 0 && save_checkpoint(t, "periodic", 0))
+        if (t->opt.ckpt_every && t->step % t->opt.ckpt_every == 0 && tr_save_checkpoint(t, "periodic", 0))
             return RUN_FAILED;
         test_fail_at_step(t);
     }
@@ -894,10 +542,12 @@ int main(int argc, char **argv)
     memset(t, 0, sizeof *t);
     t->eval_step = -1;
     t->saved_step = -1;
-    t->t_start = now();
+    t->t_start = tr_now();
     options_default(&t->opt);
     char perr[512];
     int prc = options_parse(&t->opt, argc, argv, perr, sizeof perr);
+    if (prc == 0 && options_test_hooks(&t->hooks, perr, sizeof perr) != 0)
+        prc = -1;
     if (prc == 0 && t->opt.help) {
         fputs(options_usage(), stdout);
         return TRAINER_EXIT_OK;
@@ -942,8 +592,8 @@ int main(int argc, char **argv)
                              getenv("CUDA_VISIBLE_DEVICES"), &dev, &gpu, note, sizeof note,
                              derr, sizeof derr);
     if (rc1)
-        fail(t, "%s", derr);
-    if (agree(t, rc1))
+        tr_fail(t, "%s", derr);
+    if (tr_agree(t, rc1))
         goto out;
     /* one device for the whole job: --device auto trains on the cpu unless every rank has
        its GPU */
@@ -954,6 +604,7 @@ int main(int argc, char **argv)
     if (ddpc_allreduce(t->comm, mine, any, 2, DDPC_I32, DDPC_MAX) != DDPC_OK)
         ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
     const int all_gpu = !any[0], shared_gpu = any[1];
+    (void)shared_gpu; /* read by the CUDA model's branch only */
     if (on_gpu && !all_gpu) {
         dev = DEVICE_CPU;
         gpu = -1;
@@ -972,8 +623,8 @@ int main(int argc, char **argv)
         t->ops = &model_cuda_ops;
         int src = model_cuda_open(gpu, &t->stream, derr, sizeof derr);
         if (src)
-            fail(t, "%s", derr);
-        if (agree(t, src))
+            tr_fail(t, "%s", derr);
+        if (tr_agree(t, src))
             goto out;
         /* the engine's communicator: nccl where built in (DDPC_BACKEND may say mpi) */
         ddpc_comm_config_t cc = DDPC_COMM_CONFIG_INIT;
@@ -981,9 +632,9 @@ int main(int argc, char **argv)
         cc.stream = t->stream;
         if (shared_gpu) {
             cc.backend = DDPC_BACKEND_MPI; /* mpi-staged; DDPC_BACKEND=nccl still overrides */
-            say(t, "trainer: ranks share a GPU (%d local ranks, 1 GPU visible): the "
-                "gradients go through MPI, staged in pinned host memory (NCCL takes one GPU "
-                "per rank)\n", t->w->local_size);
+            tr_say(t, "trainer: ranks share a GPU (%d local ranks, 1 GPU visible): the "
+                   "gradients go through MPI, staged in pinned host memory (NCCL takes one GPU "
+                   "per rank)\n", t->w->local_size);
         }
         if (ddpc_comm_create(t->rt, &cc, &t->dcomm) != DDPC_OK) { /* fails on every rank */
             fprintf(stderr, "trainer: %s\n", ddpc_last_error(t->rt));
@@ -992,93 +643,91 @@ int main(int argc, char **argv)
         t->graphs = o->cuda_graph;
         if (t->graphs && ddpc_comm_backend(t->dcomm) != DDPC_BACKEND_NCCL) {
             t->graphs = 0;
-            say(t, "trainer: --cuda-graph on: the %s backend runs host code in each all-reduce "
-                "and cannot be captured; training without CUDA graphs\n",
-                ddpc_backend_name(ddpc_comm_backend(t->dcomm)));
+            tr_say(t, "trainer: --cuda-graph on: the %s backend runs host code in each all-reduce "
+                   "and cannot be captured; training without CUDA graphs\n",
+                   ddpc_backend_name(ddpc_comm_backend(t->dcomm)));
         } else if (t->graphs && o->grad_accum != 1) {
             t->graphs = 0;
-            say(t, "trainer: --cuda-graph on: captures steps of one micro-batch "
-                "(--grad-accum 1); training without CUDA graphs\n");
+            tr_say(t, "trainer: --cuda-graph on: captures steps of one micro-batch "
+                   "(--grad-accum 1); training without CUDA graphs\n");
         }
     }
 #endif
 
     int threads = dev == DEVICE_CPU ? set_blas_threads(o->threads, t->w->local_size) : 0;
-    if (agree_same(t, open_data(t)) || agree(t, build_model(t)))
+    if (tr_agree_same(t, open_data(t)) || tr_agree(t, build_model(t)))
         goto out;
     if (ddpc_ddp_build(t->ddp) != DDPC_OK) { /* collective: fails on all ranks together */
         if (t->rank == 0)
             fprintf(stderr, "%s\n", ddpc_ddp_last_error(t->ddp));
         goto out;
     }
-    if (agree(t, start_model(t)) || agree(t, start_data(t)))
+    if (tr_agree(t, start_model(t)) || tr_agree(t, start_data(t)))
         goto out;
     int mrc = 0;
     if (o->metrics && t->rank == 0 && !(t->metrics = fopen(o->metrics, "a")))
-        mrc = fail(t, "--metrics \"%s\": cannot open for appending: %s", o->metrics,
-                   strerror(errno));
-    if (agree(t, mrc))
+        mrc = tr_fail(t, "--metrics \"%s\": cannot open for appending: %s", o->metrics,
+                      strerror(errno));
+    if (tr_agree(t, mrc))
         goto out;
 
     char desc[128];
     model_describe(&o->model, desc, sizeof desc);
     if (note[0] && ndev >= 0) /* a CPU-only build needs no explanation */
-        say(t, "%s\n", note);
-    say(t, "trainer: %d rank(s) on %d node(s) via %s, device %s", t->size, t->w->num_nodes,
-        ddpc_source_name(t->w->source), dev == DEVICE_CPU ? "cpu" : "cuda");
+        tr_say(t, "%s\n", note);
+    tr_say(t, "trainer: %d rank(s) on %d node(s) via %s, device %s", t->size, t->w->num_nodes,
+           ddpc_source_name(t->w->source), dev == DEVICE_CPU ? "cpu" : "cuda");
     if (threads)
-        say(t, " (%s, %d thread(s) per rank)", DDPC_BLAS_NAME, threads);
+        tr_say(t, " (%s, %d thread(s) per rank)", DDPC_BLAS_NAME, threads);
     if (dev == DEVICE_CUDA) {
         char gd[160];
-        say(t, " (GPU %s, %s, all-reduce %s, gradients %s on the wire)",
-            ddpc_device_describe(gpu, gd, sizeof gd), model_precision_name(o->precision),
-            ddpc_backend_name(ddpc_comm_backend(t->dcomm)),
-            o->grad_dtype == DDPC_BF16 ? "bf16" : o->grad_dtype == DDPC_F16 ? "fp16" : "fp32");
+        tr_say(t, " (GPU %s, %s, all-reduce %s, gradients %s on the wire)",
+               ddpc_device_describe(gpu, gd, sizeof gd), model_precision_name(o->precision),
+               ddpc_backend_name(ddpc_comm_backend(t->dcomm)),
+               o->grad_dtype == DDPC_BF16 ? "bf16" : o->grad_dtype == DDPC_F16 ? "fp16" : "fp32");
     }
-    say(t, "\ntrainer: model %s, %s lr %g, batch %d x %d rank(s) x %d accum, %lld steps/epoch\n",
-        desc, ddpc_optim_name((ddpc_optim_type_t)o->optimizer), o->lr, o->batch_size, t->size,
-        o->grad_accum, (long long)t->steps_per_epoch);
+    tr_say(t, "\ntrainer: model %s, %s lr %g, batch %d x %d rank(s) x %d accum, %lld steps/epoch\n",
+           desc, ddpc_optim_name((ddpc_optim_type_t)o->optimizer), o->lr, o->batch_size, t->size,
+           o->grad_accum, (long long)t->steps_per_epoch);
 
     /* the checkpoint handle's buffers (pinned and device memory on a GPU)
      * before the first collective: NCCL's kernels may still spin in the
      * broadcast below, and an allocation then can deadlock */
-    if (agree(t, open_checkpoints(t)))
+    if (tr_agree(t, tr_open_checkpoints(t)))
         goto out;
-    /* a directory the run cannot write to ends it now, not at the first save */
-    if (t->ckpt && o->ckpt_dir && ddpc_ckpt_prepare(t->ckpt) != DDPC_OK) {
-        if (t->rank == 0)
-            fprintf(stderr, "%s\n", ddpc_ckpt_last_error(t->ckpt));
+    /* a directory the run cannot write to, or one another job writes to, ends
+       it now, not at the first save */
+    if (tr_prepare_checkpoints(t))
         goto out;
-    }
     /* where to start: rank 0's initial parameters everywhere, or a checkpoint */
     if (ddpc_ddp_broadcast_params(t->ddp) != DDPC_OK) {
         if (t->rank == 0)
             fprintf(stderr, "%s\n", ddpc_last_error(t->rt));
         goto out;
     }
-    if (resume(t))
+    if (tr_resume(t))
         goto out;
 
     /* the epochs; a resumed run starts inside the epoch it stopped in */
     run_t how = RUN_EPOCH_DONE;
     for (; t->epoch < (uint64_t)o->epochs; t->epoch++) {
         if (!t->mid_epoch && ddpc_loader_set_epoch(t->loader, t->epoch) != DDPC_OK)
-            fatal(t, "data", ddpc_loader_last_error(t->loader));
+            tr_fatal(t, "data", ddpc_loader_last_error(t->loader));
         t->mid_epoch = 0;
-        double t0 = now(), s0 = t->samples_run;
+        double t0 = tr_now(), s0 = t->samples_run;
         how = train_epoch(t);
         if (how != RUN_EPOCH_DONE)
             break;
-        double secs = now() - t0;
+        double secs = tr_now() - t0;
         evaluate(t);
-        say(t, "epoch %llu/%d done: test_acc=%.4f test_loss=%.4f time=%.1fs samples_per_s=%.0f\n",
-            (unsigned long long)t->epoch + 1, o->epochs, t->test_acc, t->test_loss, secs,
-            secs > 0 ? (t->samples_run - s0) / secs : 0);
-        metric(t, "{\"event\":\"epoch\",\"epoch\":%llu,\"step\":%lld,\"test_acc\":%.6f,"
+        tr_say(t, "epoch %llu/%d done: test_acc=%.4f test_loss=%.4f time=%.1fs samples_per_s=%.0f\n",
+               (unsigned long long)t->epoch + 1, o->epochs, t->test_acc, t->test_loss, secs,
+               secs > 0 ? (t->samples_run - s0) / secs : 0);
+        tr_metric(t, "{\"event\":\"epoch\",\"epoch\":%llu,\"step\":%lld,\"test_acc\":%.6f,"
                   "\"test_loss\":%.6f,\"epoch_s\":%.3f,\"samples_per_s\":%.1f}",
-               (unsigned long long)t->epoch + 1, (long long)t->step, t->test_acc, t->test_loss,
-               secs, secs > 0 ? (t->samples_run - s0) / secs : 0);
-        if (save_checkpoint(t, "end of epoch", 0)) {
+                  (unsigned long long)t->epoch + 1, (long long)t->step, t->test_acc, t->test_loss,
+                  secs, secs > 0 ? (t->samples_run - s0) / secs : 0);
+        if (tr_save_checkpoint(t, "end of epoch", 0)) {
             how = RUN_FAILED;
             break;
         }
@@ -1089,38 +738,40 @@ int main(int argc, char **argv)
         finish_vote(t); /* training is complete: a signal now changes nothing */
     if (how == RUN_STOPPED) {
         const int intr = t->stopped_by == SIGINT;
-        say(t, "trainer: stop signal%s: stopping at step %lld (epoch %llu)\n",
-            intr ? " (SIGINT)" : "", (long long)t->step, (unsigned long long)t->epoch + 1);
-        if (save_checkpoint(t, "stop signal", 1))
+        tr_say(t, "trainer: stop signal%s: stopping at step %lld (epoch %llu)\n",
+               intr ? " (SIGINT)" : "", (long long)t->step, (unsigned long long)t->epoch + 1);
+        if (tr_save_checkpoint(t, "stop signal", 1))
             goto out;
         if (!t->ckpt || !o->ckpt_dir)
-            say(t, "trainer: no checkpoint written (--ckpt-dir none)\n");
-        metric(t, "{\"event\":\"%s\",\"epoch\":%llu,\"step\":%lld}",
-               intr ? "interrupted" : "preempted", (unsigned long long)t->epoch + 1,
-               (long long)t->step);
+            tr_say(t, "trainer: no checkpoint written (--ckpt-dir none)\n");
+        else if (t->rank == 0)
+            tr_write_marker(t, intr ? TRAINER_EXIT_INTERRUPTED : TRAINER_EXIT_PREEMPTED);
+        tr_metric(t, "{\"event\":\"%s\",\"epoch\":%llu,\"step\":%lld}",
+                  intr ? "interrupted" : "preempted", (unsigned long long)t->epoch + 1,
+                  (long long)t->step);
         if (intr) {
-            say(t, "trainer: interrupted (SIGINT): exit %d (rerun the same command to "
-                "continue)\n", TRAINER_EXIT_INTERRUPTED);
+            tr_say(t, "trainer: interrupted (SIGINT): exit %d (rerun the same command to "
+                   "continue)\n", TRAINER_EXIT_INTERRUPTED);
             code = TRAINER_EXIT_INTERRUPTED;
         } else {
-            say(t, "trainer: preempted: exit %d (requeue to continue)\n",
-                TRAINER_EXIT_PREEMPTED);
+            tr_say(t, "trainer: preempted: exit %d (requeue to continue)\n",
+                   TRAINER_EXIT_PREEMPTED);
             code = TRAINER_EXIT_PREEMPTED;
         }
         goto out;
     }
-    if (save_checkpoint(t, "end", 1))
+    if (tr_save_checkpoint(t, "end", 1))
         goto out;
     if (t->eval_step != t->step)
         evaluate(t);
 
     uint32_t crc = params_crc32(t);
     double sps = t->train_s > 0 ? t->samples_run / t->train_s : 0;
-    say(t, "final: test_acc=%.4f test_loss=%.4f steps=%lld samples_per_s=%.0f params_crc32=%08x\n",
-        t->test_acc, t->test_loss, (long long)t->step, sps, crc);
-    metric(t, "{\"event\":\"final\",\"test_acc\":%.6f,\"test_loss\":%.6f,\"steps\":%lld,"
-              "\"samples_per_s\":%.1f,\"params_crc32\":\"%08x\"}",
+    tr_say(t, "final: test_acc=%.4f test_loss=%.4f steps=%lld samples_per_s=%.0f params_crc32=%08x\n",
            t->test_acc, t->test_loss, (long long)t->step, sps, crc);
+    tr_metric(t, "{\"event\":\"final\",\"test_acc\":%.6f,\"test_loss\":%.6f,\"steps\":%lld,"
+              "\"samples_per_s\":%.1f,\"params_crc32\":\"%08x\"}",
+              t->test_acc, t->test_loss, (long long)t->step, sps, crc);
     if (o->print_crc_all) {
         printf("rank %d: params_crc32=%08x\n", t->rank, crc);
         fflush(stdout);
@@ -1129,7 +780,7 @@ int main(int argc, char **argv)
 
 out:
     if (t->metrics && fclose(t->metrics) != 0)
-        metrics_failed(t, errno);
+        tr_metrics_failed(t, errno);
     if (t->metrics_errno) { /* a completed run exits 1; a stopped one keeps 3 or 130 */
         if (code == TRAINER_EXIT_OK)
             code = TRAINER_EXIT_ERROR;

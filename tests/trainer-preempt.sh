@@ -6,7 +6,8 @@
 # forwards it to the step, the trainer checkpoints and exits 3, the shell
 # requeues the job, the second run resumes and finishes. Its final parameters
 # must be bitwise identical to those of an uninterrupted run (same seed, same
-# world size).
+# world size). The same once more through a launcher that loses the exit
+# code (it always exits 0): the script reads the trainer's stop marker.
 # Then the same job is preempted by Slurm itself: a job in the `urgent`
 # partition takes both nodes (PreemptMode=REQUEUE), Slurm sends SIGTERM, the
 # trainer checkpoints within KillWait and exits 3, Slurm requeues the job, and
@@ -27,12 +28,12 @@ ref=$(sed -n 's/^final: .*steps=\([0-9]*\) .*params_crc32=\([0-9a-f]\{8\}\)$/\1 
 [ -n "$ref" ] || fail "no final line in the reference run"
 steps=${ref% *} ref=${ref#* }
 
-# submit JOBNAME: the preemptible job (each step sleeps 10 ms so that the
-# signal reliably arrives mid-run); prints the job id
+# submit JOBNAME [TRAINER]: the preemptible job (each step sleeps 10 ms so
+# that the signal reliably arrives mid-run); prints the job id
 submit() {
     # shellcheck disable=SC2086
     sbatch --parsable -N2 --ntasks-per-node=1 -o "$TMP/$1.out" --chdir "$TMP" \
-        --export=ALL,DDPC_TRAINER="$TRAINER",DDPC_SRUN_MPI=$PLUGIN,DDPC_TRAINER_TEST_STEP_SLEEP=0.01 \
+        --export=ALL,DDPC_TRAINER="${2:-$TRAINER}",DDPC_SRUN_MPI=$PLUGIN,DDPC_TRAINER_TEST_STEP_SLEEP=0.01 \
         "$top_srcdir/slurm/train-preemptible.sbatch" $ARGS --ckpt-dir "$TMP/$1.ck" --log-every 20 \
         --metrics "$TMP/$1.jsonl"
 }
@@ -77,6 +78,30 @@ grep -q 'SIGUSR1: forwarding to the training step' "$TMP/usr1.out" || fail "the 
 grep -q 'checkpointed after a stop signal: requeueing' "$TMP/usr1.out" || fail "the job did not requeue itself"
 check_resumed usr1
 echo "ok: SIGUSR1: job $job stopped at step $stopped of $steps, requeued itself, resumed: params_crc32=$ref as uninterrupted"
+
+# 1b. the same through a launcher that loses the exit code (mpiexec may
+# return 0 for ranks that exited 3): the stop marker tells the script
+cat >"$TMP/lossy" <<EOS
+#!/bin/sh
+# passes the signals on, and always exits 0
+"$TRAINER" "\$@" & p=\$!
+trap 'kill -USR1 \$p' USR1
+trap 'kill -TERM \$p' TERM
+while kill -0 \$p 2>/dev/null; do wait \$p; done
+exit 0
+EOS
+chmod +x "$TMP/lossy"
+job=$(submit lossy "$TMP/lossy") || fail "sbatch"
+echo "job $job submitted (a launcher that always exits 0)"
+wait_step lossy "$job"
+scancel --signal=USR1 --batch "$job" || fail "scancel --signal=USR1 --batch $job"
+wait_done lossy "$job"
+grep -q "srun exited 0, but $TMP/lossy.ck/trainer.stop says the trainer exited 3 (SIGUSR1 at step [0-9]*): taking 3" "$TMP/lossy.out" ||
+    fail "the script did not read the stop marker when the launcher lost the exit code"
+grep -q 'checkpointed after a stop signal: requeueing' "$TMP/lossy.out" || fail "the job did not requeue itself on the marker"
+check_resumed lossy
+[ ! -e "$TMP/lossy.ck/trainer.stop" ] || fail "the completed run left the stop marker"
+echo "ok: lost exit code: job $job requeued on its stop marker, resumed: params_crc32=$ref as uninterrupted"
 
 # 2. preempted by a job of a higher-priority partition: SIGTERM, Slurm requeues
 job=$(submit term) || fail "sbatch"

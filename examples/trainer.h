@@ -1,0 +1,110 @@
+/* trainer.h: what the trainer's files share: the state of a run (trainer_t)
+ * and its messages (trainer_util.c), the checkpoints (trainer_ckpt.c).
+ * trainer.c has main, the setup and the training loop. */
+#ifndef TRAINER_H
+#define TRAINER_H
+
+#include "ddpc.h"
+#include "model.h"
+#include "options.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __GNUC__
+#define TR_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define TR_PRINTF(f, a)
+#endif
+
+typedef struct {
+    options_t opt;
+    ddpc_t rt;
+    const ddpc_world_t *w;
+    int rank, size;
+    ddpc_comm_t comm;               /* the world's (MPI, host memory): control messages */
+    ddpc_comm_t dcomm;              /* cuda: the device communicator the engine uses */
+    void *stream;                   /* cuda: the compute stream of the engine and model */
+    ddpc_ddp_t ddp;
+    ddpc_optim_t optim;
+    const model_ops_t *ops;         /* the device's model implementation */
+    int gpu;                        /* its GPU, -1 on the cpu */
+    model_t *model;
+    size_t nparams;                 /* floats in the parameter arena */
+    float *hparams;                 /* (nparams,) host: initialization, checksums */
+    int graphs;                     /* --cuda-graph on and possible here */
+    void *graph_exec[2];            /* a captured step per input slot (cudaGraphExec_t) */
+    ddpc_idx_t train, test;
+    ddpc_sampler_t sampler;
+    ddpc_loader_t loader;
+    ddpc_ckpt_t ckpt;               /* NULL: no checkpoints */
+    FILE *metrics;
+    int metrics_errno;              /* the first write error of --metrics (0: none) */
+    char err[1024];                 /* this rank's failure, said by fail() */
+    /* where training stands (what a checkpoint saves, with the sampler state) */
+    uint64_t epoch;                 /* current epoch, 0-based */
+    int64_t step;                   /* optimizer steps done */
+    int mid_epoch;                  /* resumed inside t->epoch: the loader is positioned */
+    int64_t saved_step;             /* step of the last checkpoint written or read (-1: none) */
+    ddpc_work_t vote;               /* the stop vote in flight (see stop_vote) */
+    int32_t vote_in, vote_out;      /* its buffers: this rank's signal, the max over ranks */
+    int stopped_by;                 /* the signal the vote stopped on (0: none) */
+    test_hooks_t hooks;             /* DDPC_TRAINER_TEST_* */
+    /* this run */
+    int64_t steps_per_epoch;        /* optimizer steps of a full epoch */
+    int64_t log_every;
+    float *eval_x;                  /* (EVAL_BATCH, dim) */
+    uint8_t *eval_y;
+    size_t *eval_idx;
+    double t_start;                 /* now() at start */
+    double train_s;                 /* seconds spent in training steps */
+    double samples_run;             /* global samples trained in this run */
+    int64_t steps_run;
+    double test_loss, test_acc;     /* of the last evaluation */
+    int64_t eval_step;              /* step of the last evaluation (-1: none) */
+} trainer_t;
+
+/* ------------------------------------------------------------------ trainer_util.c */
+/* Monotonic seconds. */
+double tr_now(void);
+/* Record this rank's failure (said by tr_agree); returns -1. */
+int tr_fail(trainer_t *t, const char *fmt, ...) TR_PRINTF(2, 3);
+/* Collective: 0 when every rank's rc is 0. Otherwise each failing rank prints
+ * its message and every rank returns -1, so all stop together. A failing
+ * all-reduce leaves no way to agree: the job is aborted. */
+int tr_agree(trainer_t *t, int rc);
+/* tr_agree for a check that every rank makes of the same thing (the data
+ * files, a shared directory): when rank 0 failed, only rank 0 says why. */
+int tr_agree_same(trainer_t *t, int rc);
+/* A failure in the middle of a step cannot be agreed on (the other ranks are
+ * in a collective): end the job with the message. */
+void tr_fatal(trainer_t *t, const char *what, const char *msg);
+/* A failure of the model's device work inside a step: end the job. */
+void tr_model_fatal(trainer_t *t, const char *what);
+/* rank 0 only, to stdout, flushed at once (logs of batch jobs are files) */
+void tr_say(trainer_t *t, const char *fmt, ...) TR_PRINTF(2, 3);
+/* --metrics: one JSON object per line, rank 0, flushed so that a killed job
+ * keeps it; a write error is said once (tr_metrics_failed) and the exit
+ * becomes 1 */
+void tr_metric(trainer_t *t, const char *fmt, ...) TR_PRINTF(2, 3);
+void tr_metrics_failed(trainer_t *t, int e);
+/* s as a JSON string literal, quotes included */
+const char *tr_json_str(const char *s, char *buf, size_t n);
+
+/* ------------------------------------------------------------------ trainer_ckpt.c */
+/* The checkpoint handle (--ckpt-dir; read only for --resume FILE without
+ * one), with the trainer's attributes. 0, or -1 through tr_fail. */
+int tr_open_checkpoints(trainer_t *t);
+/* Collective, before training: the directory made, checked and locked
+ * (ddpc_ckpt_prepare), the last run's stop marker removed. 0, or -1 (said
+ * on rank 0). */
+int tr_prepare_checkpoints(trainer_t *t);
+/* Collective: --resume. 0 (resumed, or nothing to resume from), -1. */
+int tr_resume(trainer_t *t);
+/* Collective: a checkpoint of this step (why: its reason in the lines); last:
+ * wait for it to be durable. 0, or -1 (said on rank 0). */
+int tr_save_checkpoint(trainer_t *t, const char *why, int last);
+/* rank 0, after the checkpoint of a stop signal: <ckpt-dir>/trainer.stop */
+void tr_write_marker(trainer_t *t, int code);
+
+#endif
