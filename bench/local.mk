@@ -15,7 +15,8 @@ bench_ckpt_bench_LDADD = libddpc.la $(HDF5_LIBS)
 
 # gemm_compare.sh builds gemm_bench.c against every CBLAS installed here and
 # compares them (doc/blas.md); by hand, about 15 minutes.
-EXTRA_DIST += bench/gemm_bench.c bench/gemm_compare.sh bench/gpu_bench.py bench/torch_mlp.py
+EXTRA_DIST += bench/gemm_bench.c bench/gemm_compare.sh bench/gpu_bench.py bench/torch_mlp.py \
+	bench/benchlib.py
 
 # `make bench` (issue 11) runs bench/train_bench.sh: the SGEMM bound
 # (gemm_bench against the trainer's CBLAS), the trainer against PyTorch DDP

@@ -12,12 +12,14 @@ fails. What is compared and how is in doc/performance.md ("The CPU trainer").
   plot.py --out BENCH_OUT [--check-tol 0.01] [--mlp-hidden 1024,1024]
           [--mlp-batch 128] [--linear-batch 64] [--max-steps 0] [--wall-s S]"""
 import argparse
-import ctypes
 import json
 import os
 import re
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import openblas_info  # noqa: E402
 
 GEMM_LAYERS = [784, 1024, 1024, 10]  # the shapes bench/gemm_bench.c times
 CHECK_WINDOW = 100  # the same-job check holds the losses of the first steps to --check-tol
@@ -178,15 +180,7 @@ def trainer_blas(out):
                 info.setdefault("libs", []).append(os.path.realpath(m.group(2)))
     for lib in info.get("libs", []):
         if "openblas" in os.path.basename(lib):
-            try:
-                h = ctypes.CDLL(lib)
-                h.openblas_get_corename.restype = ctypes.c_char_p
-                h.openblas_get_config.restype = ctypes.c_char_p
-                info["openblas"] = lib
-                info["openblas_corename"] = h.openblas_get_corename().decode()
-                info["openblas_config"] = h.openblas_get_config().decode()
-            except (OSError, AttributeError):
-                pass
+            info.update(openblas_info(lib))
     return info
 
 

@@ -44,7 +44,6 @@ N processes, MASTER_ADDR=127.0.0.1 and a free port). Rank 0 prints one JSON
 line (and writes it to --json FILE); on failure {"error": ...} and exit 1."""
 import argparse
 import ctypes
-import gzip
 import json
 import math
 import os
@@ -56,27 +55,21 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-MEAN, STD = 0.2860, 0.3530
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from benchlib import MEAN, STD, idx_path, openblas_info, read_idx  # noqa: E402
 
 
-def read_idx(path):
-    op = gzip.open if path.endswith(".gz") else open
-    with op(path, "rb") as f:
-        data = bytearray(f.read())
-    nd = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
-    return torch.frombuffer(data, dtype=torch.uint8, offset=4 + 4 * nd).reshape(dims)
+def idx_tensor(path):
+    dims, data, off = read_idx(path)
+    return torch.frombuffer(data, dtype=torch.uint8, offset=off).reshape(dims)
 
 
 def load(data, split):
     """(N, 784) float32 normalized as the trainer does, (N,) int64 labels;
     torch alone (a torch without numpy works too)"""
-    def find(kind):
-        base = os.path.join(data, f"{split}-{kind}")
-        return base if os.path.exists(base) else base + ".gz"
-    x = read_idx(find("images-idx3-ubyte")).reshape(-1, 784).to(torch.float32)
-    y = read_idx(find("labels-idx1-ubyte")).to(torch.int64)
+    x = idx_tensor(idx_path(data, split, "images-idx3-ubyte")).reshape(-1, 784).to(torch.float32)
+    y = idx_tensor(idx_path(data, split, "labels-idx1-ubyte")).to(torch.int64)
     x = (x / 255.0 - MEAN) / STD
     return x.contiguous(), y
 
@@ -182,18 +175,8 @@ def blas_info():
                 libs.add(os.path.realpath(p))
     info["mapped"] = sorted(libs)
     for p in sorted(libs):
-        if "openblas" not in os.path.basename(p):
-            continue
-        try:
-            lib = ctypes.CDLL(p)
-            lib.openblas_get_corename.restype = ctypes.c_char_p
-            lib.openblas_get_config.restype = ctypes.c_char_p
-            info["openblas"] = p
-            info["openblas_corename"] = lib.openblas_get_corename().decode()
-            info["openblas_config"] = lib.openblas_get_config().decode()
-            info["openblas_num_threads"] = lib.openblas_get_num_threads()
-        except (OSError, AttributeError):
-            pass
+        if "openblas" in os.path.basename(p):
+            info.update(openblas_info(p, threads=True))
     return info
 
 

@@ -20,7 +20,6 @@ steps, CUDA-synchronized; with --epochs-acc the test accuracy after that
 many epochs from scratch instead (--seed fixes the shuffle, not the
 initialization, which is PyTorch's own)."""
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -29,24 +28,18 @@ import time
 import numpy as np
 import torch
 
-MEAN, STD = 0.2860, 0.3530
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import MEAN, STD, idx_path, read_idx  # noqa: E402
 
 
-def read_idx(path):
-    op = gzip.open if path.endswith(".gz") else open
-    with op(path, "rb") as f:
-        data = f.read()
-    nd = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * nd).reshape(dims)
+def idx_array(path):
+    dims, data, off = read_idx(path)
+    return np.frombuffer(data, dtype=np.uint8, offset=off).reshape(dims)
 
 
 def load(data, split):
-    def find(kind):
-        base = os.path.join(data, f"{split}-{kind}")
-        return base if os.path.exists(base) else base + ".gz"
-    x = read_idx(find("images-idx3-ubyte")).reshape(-1, 784).astype(np.float32)
-    y = read_idx(find("labels-idx1-ubyte")).astype(np.int64)
+    x = idx_array(idx_path(data, split, "images-idx3-ubyte")).reshape(-1, 784).astype(np.float32)
+    y = idx_array(idx_path(data, split, "labels-idx1-ubyte")).astype(np.int64)
     x = (x / 255.0 - MEAN) / STD
     return torch.from_numpy(x), torch.from_numpy(y)
 

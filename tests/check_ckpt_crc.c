@@ -6,6 +6,7 @@
 #include <check.h>
 #include <stdlib.h>
 #include <zlib.h>
+#include "checkmain.h"
 
 static unsigned char *random_bytes(size_t n, uint64_t s)
 {
@@ -47,7 +48,7 @@ START_TEST(in_pieces)
 }
 END_TEST
 
-int main(void)
+static Suite *crc_suite(void)
 {
     Suite *s = suite_create("ckpt crc");
     TCase *tc = tcase_create("core");
@@ -55,9 +56,7 @@ int main(void)
     tcase_add_test(tc, equals_zlib);
     tcase_add_test(tc, in_pieces);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? 1 : 0;
+    return s;
 }
+
+CHECK_MAIN(crc_suite)

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "checkmain.h"
 
 static const char *const launcher_vars[] = {
     "PMIX_NAMESPACE", "PMIX_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
@@ -210,12 +211,4 @@ static Suite *core_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(core_suite());
-    srunner_set_fork_status(sr, CK_FORK); /* one MPI_Init per test process */
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf;
-}
+int main(void) { return run_suite(core_suite(), CK_FORK); /* one MPI_Init per test process */ }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
+#include "checkmain.h"
 
 static char dir[256]; /* per test, made by the fixture */
 
@@ -517,11 +518,4 @@ static Suite *data_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(data_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf;
-}
+CHECK_MAIN(data_suite)

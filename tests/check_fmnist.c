@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "checkmain.h"
 
 static const char *data_dir;
 static ddpc_idx_t train, test; /* opened once, before the tests fork */
@@ -142,10 +143,7 @@ int main(void)
     }
     train = open_split("train");
     test = open_split("t10k");
-    SRunner *sr = srunner_create(fmnist_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int nf = run_suite(fmnist_suite(), CK_FORK_GETENV);
     ddpc_idx_close(train);
     ddpc_idx_close(test);
     return nf;

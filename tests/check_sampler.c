@@ -9,6 +9,7 @@
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#include "checkmain.h"
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -607,11 +608,4 @@ static Suite *sampler_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(sampler_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf;
-}
+CHECK_MAIN(sampler_suite)

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "checkmain.h"
 
 /* ------------------------------------------------------------------ options */
 static int parse(options_t *o, char *err, size_t n, ...)
@@ -367,11 +368,4 @@ static Suite *trainer_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(trainer_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? 1 : 0;
-}
+CHECK_MAIN(trainer_suite)

@@ -223,6 +223,16 @@ static void put(hid_t loc, const char *name, hid_t ft, hid_t mt, hid_t sp, const
     H5Sclose(sp);
 }
 
+/* An unwritten 1-D dataset of n elements of type at path. */
+static void empty_ds(hid_t f, const char *path, hid_t type, hsize_t n)
+{
+    hid_t sp = space_1d(n);
+    hid_t ds = H5Dcreate2(f, path, type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (ds >= 0)
+        H5Dclose(ds);
+    H5Sclose(sp);
+}
+
 static hid_t ftype_of(int kind)
 {
     return H5Tcopy(kind == K_U64 ? H5T_STD_U64LE : kind == K_I32 ? H5T_STD_I32LE : H5T_IEEE_F64LE);
@@ -572,15 +582,9 @@ static void link_groups(hid_t f)
         case 4:
             H5Lcreate_hard(f, greal[g], f, lp, H5P_DEFAULT, H5P_DEFAULT);
             break;
-        case 5: {
-            hsize_t d = 2;
-            hid_t sp = H5Screate_simple(1, &d, NULL);
-            hid_t ds = H5Dcreate2(f, lp, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-            if (ds >= 0)
-                H5Dclose(ds);
-            H5Sclose(sp);
+        case 5:
+            empty_ds(f, lp, H5T_IEEE_F32LE, 2);
             break;
-        }
         case 6: {
             char p[160];
             snprintf(p, sizeof p, "%s/zz_group", greal[g]);
@@ -588,12 +592,7 @@ static void link_groups(hid_t f)
             if (h >= 0)
                 H5Gclose(h);
             snprintf(p, sizeof p, "%s/zz_data", greal[g]);
-            hsize_t d = 3;
-            hid_t sp = H5Screate_simple(1, &d, NULL);
-            hid_t ds = H5Dcreate2(f, p, H5T_STD_I8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-            if (ds >= 0)
-                H5Dclose(ds);
-            H5Sclose(sp);
+            empty_ds(f, p, H5T_STD_I8LE, 3);
             break;
         }
         case 7: {
