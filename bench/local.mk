@@ -39,3 +39,11 @@ EXTRA_DIST += bench/quiet.sh
 .PHONY: bench
 bench: bench/ddp_bench$(EXEEXT) bench/gemm_bench$(EXEEXT) trainer$(EXEEXT) bench/ckpt_bench$(EXEEXT)
 	$(SHELL) $(top_srcdir)/bench/train_bench.sh
+
+# allreduce_tail + ucx_tail.sh: all-reduce tail latency on the Slurm testbed
+# under several UCX settings (doc/guide.md, "MPI transport settings"); plain
+# MPI, by hand: make bench/allreduce_tail, then bench/ucx_tail.sh.
+EXTRA_PROGRAMS += bench/allreduce_tail
+bench_allreduce_tail_SOURCES = bench/allreduce_tail.c
+CLEANFILES += bench/allreduce_tail$(EXEEXT)
+dist_noinst_SCRIPTS += bench/ucx_tail.sh

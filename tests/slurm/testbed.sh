@@ -224,9 +224,17 @@ cmd_start() {
     done
     write_conf "$ctld_addr" "$mpi" > "$CONF"
     # every task gets a node-local TMPDIR; in multi mode Open MPI's shared-memory
-    # segments (named after the hostname, identical on all fake nodes) go there too
+    # segments (named after the hostname, identical on all fake nodes) go there too.
+    # UCX (MPICH's ch4:ucx) gets shared memory only, unless the step sets UCX_TLS:
+    # the fake nodes share the boot id, so UCX reaches the other node through
+    # sysv/posix/cma anyway (its choice by default), and its TCP paths are broken
+    # here: 127.0.0.1 counts as reachable across the namespaces (UCX_TLS=tcp on lo
+    # hangs at the first call), and over eth0 MPI_Finalize hangs with two ranks
+    # per node (doc/guide.md, "MPI transport settings"; bench/ucx_tail.sh)
     {   echo '#!/bin/sh'
         echo "echo \"export TMPDIR=$STATE/tmp/\$SLURMD_NODENAME\""
+        # shellcheck disable=SC2016  # expands when the prolog runs
+        echo '[ -n "${UCX_TLS:-}" ] || echo "export UCX_TLS=self,sm"'
         if [ "$MODE" = multi ]; then
             echo "echo \"export OMPI_MCA_btl_vader_backing_directory=$STATE/tmp/\$SLURMD_NODENAME\""
         fi
