@@ -8,3 +8,4 @@ EXTRA_DIST += examples/embed/.gitignore
 EXTRA_DIST += contrib/spack/package.py contrib/easybuild/ddpc-0.1.0-gompi-2025a-CUDA-12.8.0.eb
 TESTS += tests/recipes.sh tests/embed.sh
 dist_check_SCRIPTS += tests/recipes.sh tests/recipes_check.py tests/embed.sh
+dist_check_DATA += tests/cxx_hello.cpp

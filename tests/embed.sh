@@ -5,6 +5,8 @@
 # ranks: the first run trains and checkpoints, the second resumes from the
 # step it stopped at and ends exactly where an uninterrupted run ends; a bad
 # option and an unusable checkpoint directory end it non-zero with a message.
+# A static link of it with gcc and with g++ (libddpc.a, pkg-config --static),
+# and a C++17 program against the installed headers, on 2 ranks.
 # Once more with nothing but `module load ddpc` (Lmod) to find ddpc.
 . "$(dirname "$0")/lib.sh"
 mkvar() { # mkvar NAME [MAKE-ARGS]: the value of a make variable of this build
@@ -70,6 +72,46 @@ expect_fail_msg 'embed: parsing the options failed: invalid argument or option: 
 # (whichever rank aborts first ends the others: rank 1's message quotes rank 0's)
 expect_fail_msg 'embed: ddpc_ckpt_load failed: input/output error: ddpc\[rank [01]/2 .*directory /dev/null/ck' \
     mpirun_t 2 ./embed --ckpt-dir /dev/null/ck
+
+# a static link with a plain compiler (no MPI wrapper): libddpc.a and
+# pkg-config --static, whose Libs.private must carry MPI's flags; once linked
+# by gcc, once by g++ (a C++ program's link)
+if [ -f "$P/lib/libddpc.a" ]; then
+    slibs=$($PKGC --static --libs ddpc | sed -e 's/ -lddpc / /' -e 's/^-lddpc //' -e 's/ -lddpc$//')
+    for pc in $($PKGC --static --libs ddpc); do
+        case $pc in -L*|-Wl,-rpath,*) ;; *) continue ;; esac
+        [ "$($PKGC --static --libs ddpc | tr ' ' '\n' | grep -cxF -- "$pc")" -eq 1 ] ||
+            fail "$PKGC --static --libs ddpc repeats $pc"
+    done
+    gcc -O2 -std=c11 -c -o "$TMP/embed.o" "$TMP/embed/embed.c" $($PKGC --cflags ddpc) ||
+        fail "gcc -c embed.c with pkg-config --cflags ddpc"
+    for ld in gcc g++; do
+        # shellcheck disable=SC2086
+        $ld -o "$TMP/embed-static-$ld" "$TMP/embed.o" "$P/lib/libddpc.a" $slibs >"$TMP/static.log" 2>&1 ||
+            { cat "$TMP/static.log"; fail "$ld embed.o libddpc.a \$($PKGC --static --libs ddpc): the static link"; }
+        ! env -u LD_LIBRARY_PATH ldd "$TMP/embed-static-$ld" | grep -q libddpc ||
+            fail "the static $ld link of embed still loads libddpc.so"
+        (unset LD_LIBRARY_PATH; mpirun_t 2 "$TMP/embed-static-$ld" --steps 10 --ckpt-dir "$TMP/ck-static-$ld") \
+            >"$TMP/static-$ld" 2>&1 || { cat "$TMP/static-$ld"; fail "mpiexec -n 2 embed-static-$ld"; }
+        grep -q '^done: step=10 loss=' "$TMP/static-$ld" || { cat "$TMP/static-$ld"; fail "the static $ld build of embed"; }
+    done
+    echo "ok: embed linked statically (libddpc.a + pkg-config --static) by gcc and by g++, runs on 2 ranks"
+else
+    echo "note: no $P/lib/libddpc.a (configure --disable-static): no static link tried"
+fi
+
+# a C++ program against the installed headers: -std=c++17 -Wall -Wextra -Werror -pedantic
+if command -v g++ >/dev/null; then
+    # shellcheck disable=SC2046
+    g++ -std=c++17 -Wall -Wextra -Werror -pedantic -o "$TMP/cxx_hello" "$top_srcdir/tests/cxx_hello.cpp" \
+        $($PKGC --cflags --libs ddpc) -Wl,-rpath,"$P/lib" >"$TMP/cxx.log" 2>&1 ||
+        { cat "$TMP/cxx.log"; fail "g++ -std=c++17 -Werror -pedantic tests/cxx_hello.cpp against the installed ddpc"; }
+    (unset LD_LIBRARY_PATH; mpirun_t 2 "$TMP/cxx_hello") >"$TMP/cxx.out" 2>&1 || { cat "$TMP/cxx.out"; fail "mpiexec -n 2 cxx_hello"; }
+    [ "$(grep -c '^cxx: rank [01]/2 sum=3$' "$TMP/cxx.out")" -eq 2 ] || { cat "$TMP/cxx.out"; fail "cxx_hello: expected sum=3 on both ranks"; }
+    echo "ok: a C++17 program (-Wall -Wextra -Werror -pedantic) builds against the installed ddpc and runs on 2 ranks"
+else
+    fail "no g++ here to build a C++ program against ddpc (apt-get install g++)"
+fi
 
 # with Lmod: nothing but `module load ddpc`
 init=/usr/share/lmod/lmod/init/bash

@@ -201,6 +201,21 @@ for q in "ddpc man7/ddpc.7" "trainer man1/trainer.1" "ddpc-ckpt man1/ddpc-ckpt.1
     w=$(MANPATH="$M" man -w "$1" 2>"$TMP/w")
     [ "$w" = "$M/$2" ] || { cat "$TMP/w" >&2; bad "MANPATH=$mandir man -w $1 gives \"$w\", not $M/$2"; }
 done
+# every DDPC_API call: `man -w` resolves (a page, a .so link page, or the
+# symbolic link make install makes to the page whose NAME lists it), to a
+# page whose NAME lists the call
+nres=0
+while read -r proto; do
+    f=$(echo "$proto" | sed 's/^.*[ *]\(ddpc_[a-z0-9_]*\)(.*$/\1/')
+    w=$(MANPATH="$M" man -w "$f" 2>/dev/null)
+    if [ -z "$w" ]; then bad "MANPATH=$mandir man -w $f: no manual entry"; continue; fi
+    page=$(readlink -f "$w")
+    head -n 1 "$page" | grep -q '^\.so ' && page="$M/$(sed -n '1s/^\.so //p' "$page")"
+    sed -n '/^\.SH NAME/,/^\.SH SYNOPSIS/p' "$page" | grep -qw "$f" ||
+        bad "man -w $f gives $w, whose page does not name $f"
+    nres=$((nres + 1))
+done <"$TMP/protos"
+[ "$nres" -eq "$napi" ] && ok "man -w finds a page naming each of the $napi DDPC_API calls"
 (cd "$M" && man --warnings -l man3/ddpc_allreduce.3) >"$TMP/out" 2>"$TMP/m"
 [ -s "$TMP/m" ] && { cat "$TMP/m" >&2; bad "the installed link page ddpc_allreduce.3 warns"; }
 grep -q 'ddpc_allreduce' "$TMP/out" || bad "the installed link page ddpc_allreduce.3 shows no ddpc_allreduce"

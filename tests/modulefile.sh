@@ -45,13 +45,14 @@ for want in "local base = \"$prefix\"" "setenv(\"DDPC_ROOT\", base)" 'family("dd
              "prepend_path(\"PATH\", \"$bindir\")" "prepend_path(\"LD_LIBRARY_PATH\", \"$libdir\")" \
              "prepend_path(\"PKG_CONFIG_PATH\", \"$libdir/pkgconfig\")" \
              "prepend_path(\"CPATH\", \"$includedir\")" "prepend_path(\"MANPATH\", \"$mandir\")" \
+             'append_path("MANPATH", "")' \
              'help([[' 'whatis("Name: ddpc")' "whatis(\"Version: $V\")" 'whatis("Description: ' \
              "whatis(\"URL: $url\")"; do
     grep -qF "$want" "$lua" || { cat "$lua"; fail "$mfdir/ddpc/$V.lua lacks: $want"; }
 done
 head -n1 "$tcl" | grep -q '^#%Module' || fail "$tcldir/ddpc/$V does not start with #%Module"
 for want in 'proc ModulesHelp' 'conflict ddpc' "set base \"$prefix\"" 'setenv DDPC_ROOT $base' \
-             "prepend-path PATH \"$bindir\"" "prepend-path MANPATH \"$mandir\""; do
+             "prepend-path PATH \"$bindir\"" "prepend-path MANPATH \"$mandir\"" 'append-path MANPATH {}'; do
     grep -qF "$want" "$tcl" || { cat "$tcl"; fail "$tcldir/ddpc/$V lacks: $want"; }
 done
 for f in "$lua" "$tcl"; do
@@ -74,6 +75,7 @@ proc module-whatis {s} { tcl_puts "whatis $s" }
 proc conflict {args} { tcl_puts "conflict $args" }
 proc setenv {name value} { tcl_puts "setenv $name $value" }
 proc prepend-path {var value} { tcl_puts "prepend-path $var $value" }
+proc append-path {var value} { tcl_puts "append-path $var <$value>" }
 source [lindex $argv 0]
 if {[info procs ModulesHelp] eq ""} { error "no proc ModulesHelp" }
 ModulesHelp
@@ -83,7 +85,7 @@ if command -v tclsh >/dev/null; then
     for want in "whatis Name: ddpc" "whatis Version: $V" "whatis URL: $url" "conflict ddpc" \
                 "setenv DDPC_ROOT $prefix" "prepend-path PATH $bindir" \
                 "prepend-path LD_LIBRARY_PATH $libdir" "prepend-path PKG_CONFIG_PATH $libdir/pkgconfig" \
-                "prepend-path CPATH $includedir" "prepend-path MANPATH $mandir" \
+                "prepend-path CPATH $includedir" "prepend-path MANPATH $mandir" "append-path MANPATH <>" \
                 "help:   sbatch $slurmdir/train-preemptible.sbatch"; do
         grep -qxF "$want" "$TMP/tcl.out" || { cat "$TMP/tcl.out"; fail "tclsh: the Tcl twin does not say: $want"; }
     done
@@ -187,7 +189,7 @@ if [ -f "$modcmd" ] && command -v tclsh >/dev/null; then
         env -i HOME="$TMP" PATH=/usr/bin:/bin MODULEPATH="$tree" sh -c \
             "eval \"\$(tclsh '$modcmd' sh $margs)\" && $after" >"$out" 2>&1
     }
-    em em-load "$ROOT$tcldir" "load ddpc/$V" "$envline" || { cat "$TMP/em-load"; fail "Environment Modules: module load ddpc/$V"; }
+    em em-load "$ROOT$tcldir" "load ddpc/$V" "$envline && man -w ls" || { cat "$TMP/em-load"; fail "Environment Modules: module load ddpc/$V, then man -w ls (the system's pages)"; }
     expect_env em-load "$prefix" "$bindir" "$libdir" "$includedir" "$mandir" "Environment Modules: module load ddpc/$V"
     em em-help "$ROOT$tcldir" "help ddpc/$V" || { cat "$TMP/em-help"; fail "Environment Modules: module help ddpc/$V"; }
     grep -q "ddpc $V: a C runtime" "$TMP/em-help" || { cat "$TMP/em-help"; fail "Environment Modules: module help ddpc/$V: not the help text"; }
@@ -215,10 +217,13 @@ lua2="$P2/share/modulefiles/ddpc/$V.lua"
 grep -qF "local base = \"$P2\"" "$lua2" && grep -qF "set base \"$P2\"" "$P2/share/modulefiles-tcl/ddpc/$V" \
     || { cat "$lua2"; fail "make install prefix=P2: the modulefiles do not name P2"; }
 for tree in modulefiles modulefiles-tcl; do
-    lmod p2.out "module use '$P2/share/$tree' && module load ddpc && $envline && ddpc-info --version" \
+    lmod p2.out "module use '$P2/share/$tree' && module load ddpc && $envline && ddpc-info --version && man -w ls && man -w ddpc_ckpt_create" \
         || { cat "$TMP/p2.out"; fail "module load ddpc && ddpc-info --version, installed with prefix=P2 ($tree)"; }
     expect_env p2.out "$P2" "$P2/bin" "$P2/lib" "$P2/include" "$P2/share/man" "module load ddpc, prefix=P2 ($tree)"
     grep -q "^ddpc-info (ddpc) $V" "$TMP/p2.out" || { cat "$TMP/p2.out"; fail "ddpc-info --version from the P2 module"; }
+    # MANPATH was unset: the module keeps man's default path (the system's pages)
+    grep -qx '/usr/share/man/man1/ls.1.gz' "$TMP/p2.out" && grep -qxE "$P2/share/man/man3/ddpc_ckpt(_create)?\.3" "$TMP/p2.out" \
+        || { cat "$TMP/p2.out"; fail "after module load ddpc ($tree), man -w ls or man -w ddpc_ckpt_create fails"; }
 done
 minst uninstall-p2.log uninstall prefix="$P2"
 left=$(find "$P2/share/modulefiles" "$P2/share/modulefiles-tcl" ! -type d)

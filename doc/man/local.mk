@@ -36,5 +36,33 @@ dist_man_MANS += \
 	doc/man/ddpc_runtime_info.3 \
 	doc/man/ddpc_sampler_create.3 \
 	doc/man/ddpc_strerror.3
+# Every call in a section 3 page's NAME without a page of its own gets a
+# symbolic link to that page at install, so that `man ddpc_ckpt_create` finds
+# ddpc_ckpt(3) (mandoc -Tlint prefers links to .so stubs). The names come from
+# the pages' NAME sections: the list cannot drift from them (tests/manpages.sh
+# checks `man -w` for every DDPC_API call of include/).
+install-data-hook: ddpc-install-manlinks
+uninstall-hook: ddpc-uninstall-manlinks
+.PHONY: ddpc-install-manlinks ddpc-uninstall-manlinks
+ddpc-install-manlinks:
+	@$(NORMAL_INSTALL)
+	@for p in $(dist_man_MANS); do \
+	  case $$p in *.3) ;; *) continue ;; esac; \
+	  b=$$(basename "$$p"); \
+	  head -n 1 "$(srcdir)/$$p" | grep -q '^\.so ' && continue; \
+	  for n in $$(sed -n '/^\.SH NAME/,/^\.SH SYNOPSIS/p' "$(srcdir)/$$p" | grep -oE 'ddpc_[a-z0-9_]+'); do \
+	    test -e "$(DESTDIR)$(man3dir)/$$n.3" && continue; \
+	    echo " ln -s $$b $(DESTDIR)$(man3dir)/$$n.3"; \
+	    ln -s "$$b" "$(DESTDIR)$(man3dir)/$$n.3" || exit 1; \
+	  done; \
+	done
+ddpc-uninstall-manlinks:
+	@$(NORMAL_UNINSTALL)
+	@for p in $(dist_man_MANS); do \
+	  case $$p in *.3) ;; *) continue ;; esac; \
+	  for n in $$(sed -n '/^\.SH NAME/,/^\.SH SYNOPSIS/p' "$(srcdir)/$$p" | grep -oE 'ddpc_[a-z0-9_]+'); do \
+	    if test -L "$(DESTDIR)$(man3dir)/$$n.3"; then rm -f "$(DESTDIR)$(man3dir)/$$n.3"; fi; \
+	  done; \
+	done
 TESTS += tests/manpages.sh
 dist_check_SCRIPTS += tests/manpages.sh
