@@ -1288,7 +1288,8 @@ static int newest_first(const void *a, const void *b)
     return x->tmp - y->tmp;
 }
 
-/* "ckpt-<digits>.h5" (0) or "ckpt-<digits>.h5.tmp" (1); -1 otherwise. */
+/* "ckpt-<digits>.h5" (0) or a save's temporary "ckpt-<digits>.h5.tmp" or
+ * "ckpt-<digits>.h5.tmp.<pid>.<host>" (1); -1 otherwise. */
 static int ckpt_name(const char *name, uint64_t *step)
 {
     const char *p = name + 5, *q = p;
@@ -1299,7 +1300,7 @@ static int ckpt_name(const char *name, uint64_t *step)
     if (q == p || q - p > 19)
         return -1;
     *step = strtoull(p, NULL, 10);
-    return !strcmp(q, ".h5") ? 0 : !strcmp(q, ".h5.tmp") ? 1 : -1;
+    return !strcmp(q, ".h5") ? 0 : !strncmp(q, ".h5.tmp", 7) && (!q[7] || q[7] == '.') ? 1 : -1;
 }
 
 static void ls_field_u(sb_t *b, ck_t *c, const char *name)
