@@ -179,13 +179,7 @@ static ddpc_status_t check_model(ddpc_ckpt_t ck, hid_t f, const char *file, cons
                     nf < np ? items[nf].path + 7 : names + (size_t)np * (len + 1),
                     nf < np ? "model" : "checkpoint");
     free(names);
-    H5Tclose(t);
-    if (ft >= 0)
-        H5Tclose(ft);
-    if (sp >= 0)
-        H5Sclose(sp);
-    if (a >= 0)
-        H5Aclose(a);
+    CK_CLOSE(t, ft, sp, a);
     return st;
 }
 

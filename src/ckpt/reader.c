@@ -84,6 +84,25 @@ herr_t ck_reader_read_window(hid_t ds, const ck_piece_t *p, hid_t mtype, void *b
     return rc;
 }
 
+void ck_reader_close(const hid_t *ids, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        hid_t id = ids[k];
+        if (id < 0)
+            continue;
+        switch (H5Iget_type(id)) {
+        case H5I_FILE: H5Fclose(id); break;
+        case H5I_GROUP: H5Gclose(id); break;
+        case H5I_DATASET: H5Dclose(id); break;
+        case H5I_ATTR: H5Aclose(id); break;
+        case H5I_DATATYPE: H5Tclose(id); break;
+        case H5I_DATASPACE: H5Sclose(id); break;
+        case H5I_GENPROP_LST: H5Pclose(id); break;
+        default: H5Idec_ref(id); break;
+        }
+    }
+}
+
 typedef struct {
     char *buf;
     size_t n;

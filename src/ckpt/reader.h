@@ -5,7 +5,7 @@
  * plugins, follow soft or external links, read a virtual dataset or external
  * raw data, read a tensor in other pieces than the bounded windows of h5.c.
  * Not here: what a checkpoint must hold (each caller's own policy and
- * messages). No function here prints, allocates or exits. */
+ * messages). No function here prints, mallocs or exits. */
 #ifndef DDPC_CKPT_READER_H
 #define DDPC_CKPT_READER_H
 
@@ -52,6 +52,13 @@ ck_store_t ck_reader_storage(hid_t dcpl);
 /* Read piece p (h5.c) of the open dataset ds as mtype into buf (p->n
  * elements of mtype); < 0 if HDF5 cannot. */
 herr_t ck_reader_read_window(hid_t ds, const ck_piece_t *p, hid_t mtype, void *buf);
+
+/* Close each identifier of ids[0, n) that is valid (>= 0), in order, by its
+ * kind (file, group, dataset, attribute, datatype, dataspace, property list);
+ * CK_CLOSE(a, b, ...) for a list of them. */
+void ck_reader_close(const hid_t *ids, size_t n);
+#define CK_CLOSE(...)                                                                          \
+    ck_reader_close((const hid_t[]){__VA_ARGS__}, sizeof((hid_t[]){__VA_ARGS__}) / sizeof(hid_t))
 
 /* The innermost HDF5 error message of the call that just failed (of a failed
  * system call only its message), then the error stack cleared: for a program
