@@ -125,12 +125,7 @@ int aread(hid_t loc, const char *name, aval_t *v, char *why, size_t nw)
 out:
     if (rc < 0)
         aval_free(v);
-    if (ft >= 0)
-        H5Tclose(ft);
-    if (sp >= 0)
-        H5Sclose(sp);
-    if (a >= 0)
-        H5Aclose(a);
+    CK_CLOSE(ft, sp, a);
     return rc;
 }
 
@@ -179,67 +174,77 @@ void sb_attr(sb_t *b, hid_t loc, const char *name)
     aval_free(&v);
 }
 
-/* A scalar integer attribute (an unsigned one read as such). */
-int get_u64(hid_t loc, const char *name, uint64_t *out, char *why, size_t nw)
+/* The one value of an attribute, copied out. */
+typedef struct {
+    int is_unsigned;
+    int64_t i;
+    uint64_t u;
+    double d;
+    char *s; /* malloc'ed */
+} one_t;
+
+/* Attribute name holds exactly one value of the class asked for (H5T_FLOAT:
+ * a number, integers included); else -1 (why). */
+static int one(hid_t loc, const char *name, H5T_class_t cls, one_t *x, char *why, size_t nw)
 {
     aval_t v;
+    memset(x, 0, sizeof *x);
     if (aread(loc, name, &v, why, nw) < 0)
         return -1;
-    int rc = -1;
-    if (v.cls != H5T_INTEGER || v.n != 1)
-        snprintf(why, nw, "attribute \"%s\" is not one integer", name);
-    else if (!v.is_unsigned && v.i[0] < 0)
-        snprintf(why, nw, "attribute \"%s\" is negative (%lld)", name, (long long)v.i[0]);
+    int fits = v.n == 1 && (v.cls == cls || (cls == H5T_FLOAT && v.cls == H5T_INTEGER));
+    if (!fits)
+        snprintf(why, nw, "attribute \"%s\" is not one %s", name,
+                 cls == H5T_INTEGER ? "integer" : cls == H5T_STRING ? "string" : "number");
+    else if (v.s)
+        x->s = v.s[0], v.s[0] = NULL;
+    else if (v.d)
+        x->d = v.d[0];
     else
-        *out = v.is_unsigned ? v.u[0] : (uint64_t)v.i[0], rc = 0;
+        x->is_unsigned = v.is_unsigned, x->u = v.u ? v.u[0] : 0, x->i = v.i ? v.i[0] : 0,
+        x->d = v.u ? (double)v.u[0] : (double)v.i[0];
     aval_free(&v);
-    return rc;
+    return fits ? 0 : -1;
+}
+
+int get_u64(hid_t loc, const char *name, uint64_t *out, char *why, size_t nw)
+{
+    one_t x;
+    if (one(loc, name, H5T_INTEGER, &x, why, nw) < 0)
+        return -1;
+    if (!x.is_unsigned && x.i < 0)
+        return snprintf(why, nw, "attribute \"%s\" is negative (%lld)", name, (long long)x.i), -1;
+    *out = x.is_unsigned ? x.u : (uint64_t)x.i;
+    return 0;
 }
 
 int get_i64(hid_t loc, const char *name, int64_t *out, char *why, size_t nw)
 {
-    uint64_t u;
-    aval_t v;
-    if (aread(loc, name, &v, why, nw) < 0)
+    one_t x;
+    if (one(loc, name, H5T_INTEGER, &x, why, nw) < 0)
         return -1;
-    int rc = -1;
-    if (v.cls != H5T_INTEGER || v.n != 1)
-        snprintf(why, nw, "attribute \"%s\" is not one integer", name);
-    else if (v.is_unsigned && (u = v.u[0]) > INT64_MAX)
-        snprintf(why, nw, "attribute \"%s\" is too large (%llu)", name, (unsigned long long)u);
-    else
-        *out = v.is_unsigned ? (int64_t)v.u[0] : v.i[0], rc = 0;
-    aval_free(&v);
-    return rc;
+    if (x.is_unsigned && x.u > INT64_MAX)
+        return snprintf(why, nw, "attribute \"%s\" is too large (%llu)", name,
+                        (unsigned long long)x.u), -1;
+    *out = x.is_unsigned ? (int64_t)x.u : x.i;
+    return 0;
 }
 
 int get_f64(hid_t loc, const char *name, double *out, char *why, size_t nw)
 {
-    aval_t v;
-    if (aread(loc, name, &v, why, nw) < 0)
+    one_t x;
+    if (one(loc, name, H5T_FLOAT, &x, why, nw) < 0)
         return -1;
-    int rc = -1;
-    if (v.n != 1 || (v.cls != H5T_FLOAT && v.cls != H5T_INTEGER))
-        snprintf(why, nw, "attribute \"%s\" is not one number", name);
-    else
-        *out = v.d ? v.d[0] : v.u ? (double)v.u[0] : (double)v.i[0], rc = 0;
-    aval_free(&v);
-    return rc;
+    *out = x.d;
+    return 0;
 }
 
-/* A scalar string attribute, malloc'ed into *out. */
 int get_str(hid_t loc, const char *name, char **out, char *why, size_t nw)
 {
-    aval_t v;
-    if (aread(loc, name, &v, why, nw) < 0)
+    one_t x;
+    if (one(loc, name, H5T_STRING, &x, why, nw) < 0)
         return -1;
-    int rc = -1;
-    if (v.cls != H5T_STRING || v.n != 1)
-        snprintf(why, nw, "attribute \"%s\" is not one string", name);
-    else
-        *out = v.s[0], v.s[0] = NULL, rc = 0;
-    aval_free(&v);
-    return rc;
+    *out = x.s;
+    return 0;
 }
 
 static herr_t collect_attr(hid_t loc, const char *name, const H5A_info_t *info, void *arg)

@@ -260,14 +260,7 @@ static void inspect(cfile_t *c, entry_t *e)
 bad:
     t->why = xstrdup(why);
 out:
-    if (dcpl >= 0)
-        H5Pclose(dcpl);
-    if (sp >= 0)
-        H5Sclose(sp);
-    if (ft >= 0)
-        H5Tclose(ft);
-    if (ds >= 0)
-        H5Dclose(ds);
+    CK_CLOSE(dcpl, sp, ft, ds);
 }
 
 void cf_close(cfile_t *c)

@@ -101,7 +101,6 @@ static int expected_states(hid_t g, const char *type, const char **out)
     return 0;
 }
 
-
 /* The format and the root attributes. */
 static int check_root(cfile_t *c, char *why, size_t nw)
 {
@@ -275,4 +274,20 @@ int validate(cfile_t *c, int crcs, uint64_t *nds, uint64_t *nbytes, char *why, s
     }
     free(buf);
     return rc;
+}
+
+int cf_verify(cfile_t *c, const char *file, uint64_t *nds, uint64_t *nbytes, char *why, size_t nw)
+{
+    int rc = cf_open(c, file, why, nw);
+    return rc == RC_OK ? validate(c, 1, nds, nbytes, why, nw) : rc;
+}
+
+int is_ddpc(cfile_t *c, char *why, size_t nw)
+{
+    char *fmt = NULL;
+    int ok = get_str(c->f, "format", &fmt, why, nw) == 0 && !strcmp(fmt, CK_FORMAT);
+    if (fmt && !ok)
+        snprintf(why, nw, "attribute format is not \"%s\"", CK_FORMAT);
+    free(fmt);
+    return ok;
 }

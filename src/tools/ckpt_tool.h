@@ -155,6 +155,10 @@ int same_shape(const tinfo_t *a, const tinfo_t *b);
  * every dataset's CRC-32 in file order. RC_OK: *nds datasets, *nbytes bytes
  * verified; else RC_BAD (why). */
 int validate(cfile_t *c, int crcs, uint64_t *nds, uint64_t *nbytes, char *why, size_t nw);
+/* cf_open, then validate with the CRCs (c is to be closed either way). */
+int cf_verify(cfile_t *c, const char *file, uint64_t *nds, uint64_t *nbytes, char *why, size_t nw);
+/* The root's format attribute names a ddpc checkpoint; else 0 (why). */
+int is_ddpc(cfile_t *c, char *why, size_t nw);
 
 /* ------------------------------------------------------------------ the subcommands */
 

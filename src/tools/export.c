@@ -108,7 +108,7 @@ static int write_all(int fd, const void *p, size_t n)
 
 int cmd_export(const char *file, const char *out, int force)
 {
-    char why[1024], *fmt = NULL, tmp[MAX_PATH + 8];
+    char why[1024], tmp[MAX_PATH + 8];
     const size_t nw = sizeof why; /* for BAD */
     struct stat sb;
     if (!force && lstat(out, &sb) == 0)
@@ -117,16 +117,11 @@ int cmd_export(const char *file, const char *out, int force)
         return err(RC_IO, "%s: path too long", out);
     cfile_t c;
     int rc = cf_open(&c, file, why, sizeof why);
-    if (rc != RC_OK) {
+    if (rc != RC_OK || !is_ddpc(&c, why, sizeof why)) {
         cf_close(&c);
-        return err(rc, "%s: %s", file, why);
+        return rc != RC_OK ? err(rc, "%s: %s", file, why)
+                           : err(RC_BAD, "%s: not a ddpc checkpoint (attribute format)", file);
     }
-    if (get_str(c.f, "format", &fmt, why, sizeof why) < 0 || strcmp(fmt, CK_FORMAT)) {
-        free(fmt);
-        cf_close(&c);
-        return err(RC_BAD, "%s: not a ddpc checkpoint (attribute format)", file);
-    }
-    free(fmt);
     xt_t *t = NULL;
     size_t n = 0;
     sb_t h = {0};

@@ -85,9 +85,7 @@ int cmd_ls(const char *dir)
         }
         cfile_t c;
         uint64_t nds, nb;
-        int rc = cf_open(&c, path, why, sizeof why);
-        if (rc == RC_OK)
-            rc = validate(&c, 1, &nds, &nb, why, sizeof why);
+        int rc = cf_verify(&c, path, &nds, &nb, why, sizeof why);
         sb_clear(&line);
         sb_add(&line, "%s", path);
         ls_field_u(&line, &c, "step");

@@ -53,21 +53,14 @@ int cmd_show(const char *file)
                                         "scale_growth_interval", "step", NULL};
     static const char *const sampler[] = {"seed", "epoch", "consumed", "dataset_size", "shuffle",
                                           "drop_last", NULL};
-    char why[1024], *fmt = NULL;
+    char why[1024];
     cfile_t c;
     int rc = cf_open(&c, file, why, sizeof why);
-    if (rc != RC_OK) {
+    if (rc != RC_OK || !is_ddpc(&c, why, sizeof why)) {
         cf_close(&c);
-        return err(rc, "%s: %s", file, why);
+        return rc != RC_OK ? err(rc, "%s: %s", file, why)
+                           : err(RC_BAD, "%s: not a ddpc checkpoint: %s", file, why);
     }
-    if (get_str(c.f, "format", &fmt, why, sizeof why) < 0 || strcmp(fmt, CK_FORMAT)) {
-        if (fmt)
-            snprintf(why, sizeof why, "attribute format is not \"%s\"", CK_FORMAT);
-        free(fmt);
-        cf_close(&c);
-        return err(RC_BAD, "%s: not a ddpc checkpoint: %s", file, why);
-    }
-    free(fmt);
     printf("file: %s\n", file);
     show_attrs(c.f, "", root, "model_fingerprint");
     uint64_t fp, fp2;

@@ -7,9 +7,7 @@ int cmd_verify(const char *file)
     char why[1024];
     cfile_t c;
     uint64_t nds, nb;
-    int rc = cf_open(&c, file, why, sizeof why);
-    if (rc == RC_OK)
-        rc = validate(&c, 1, &nds, &nb, why, sizeof why);
+    int rc = cf_verify(&c, file, &nds, &nb, why, sizeof why);
     cf_close(&c);
     if (rc != RC_OK)
         return err(rc, "%s: %s", file, why);
