@@ -5,7 +5,7 @@
  * status before each window, so its failure reaches every rank, not a hang. */
 #define _GNU_SOURCE /* posix_fadvise */
 #include "config.h"
-#include "ckpt_internal.h"
+#include "reader.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -116,40 +116,25 @@ static ddpc_status_t check_item(ddpc_ckpt_t ck, hid_t f, const char *file, const
 static const char *foreign(hid_t f, const char *path, char *buf, size_t n)
 {
     char prefix[CK_DSET_MAX];
-    size_t len = strlen(path);
-    if (len >= sizeof prefix)
-        return NULL;
-    for (size_t i = 1; i <= len; i++) {
-        if (path[i] != '/' && path[i] != 0)
-            continue;
-        memcpy(prefix, path, i);
-        prefix[i] = 0;
-        H5L_info_t li;
-        if (H5Lexists(f, prefix, H5P_DEFAULT) <= 0 || H5Lget_info(f, prefix, &li, H5P_DEFAULT) < 0)
-            return NULL;
-        if (li.type != H5L_TYPE_HARD) {
-            snprintf(buf, n, "%s is %s link", prefix,
-                     li.type == H5L_TYPE_SOFT       ? "a soft"
-                     : li.type == H5L_TYPE_EXTERNAL ? "an external"
-                                                    : "a user-defined");
-            return buf;
-        }
+    H5L_type_t type;
+    ck_path_t how = ck_reader_path(f, path, H5P_DEFAULT, prefix, sizeof prefix, &type);
+    if (how == CK_PATH_LINK) {
+        const char *kind = ck_reader_link_kind(type);
+        snprintf(buf, n, "%s is %s %s link", prefix, kind[0] == 'e' ? "an" : "a", kind);
+        return buf;
     }
-    hid_t ds = H5Dopen2(f, path, H5P_DEFAULT);
+    hid_t ds = how == CK_PATH_HARD ? H5Dopen2(f, path, H5P_DEFAULT) : -1;
     if (ds < 0)
         return NULL;
     hid_t dcpl = H5Dget_create_plist(ds);
-    const char *why = NULL;
-    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_VIRTUAL)
-        why = "a virtual dataset";
-    else if (dcpl >= 0 && H5Pget_external_count(dcpl) > 0)
-        why = "a dataset stored in external files";
+    ck_store_t where = dcpl >= 0 ? ck_reader_storage(dcpl) : CK_STORE_LOCAL;
     if (dcpl >= 0)
         H5Pclose(dcpl);
     H5Dclose(ds);
-    if (!why)
+    if (where == CK_STORE_LOCAL)
         return NULL;
-    snprintf(buf, n, "%s is %s", path, why);
+    snprintf(buf, n, "%s is %s", path,
+             where == CK_STORE_VIRTUAL ? "a virtual dataset" : "a dataset stored in external files");
     return buf;
 }
 
@@ -194,13 +179,7 @@ static ddpc_status_t check_model(ddpc_ckpt_t ck, hid_t f, const char *file, cons
                     nf < np ? items[nf].path + 7 : names + (size_t)np * (len + 1),
                     nf < np ? "model" : "checkpoint");
     free(names);
-    H5Tclose(t);
-    if (ft >= 0)
-        H5Tclose(ft);
-    if (sp >= 0)
-        H5Sclose(sp);
-    if (a >= 0)
-        H5Aclose(a);
+    CK_CLOSE(t, ft, sp, a);
     return st;
 }
 
@@ -404,7 +383,7 @@ static void next_candidate(ddpc_ckpt_t ck, r0_t *r, const ck_item_t *items, int 
         int bad = 1;
         ddpc_status_t st;
         hid_t fapl = ck_fapl();
-        r->f = fapl < 0 ? -1 : H5Fopen(file, H5F_ACC_RDONLY, fapl);
+        r->f = fapl < 0 ? -1 : ck_reader_open(file, fapl);
         if (fapl >= 0)
             H5Pclose(fapl);
         if (r->f < 0)
@@ -458,14 +437,7 @@ static ddpc_status_t read_piece(ddpc_ckpt_t ck, r0_t *r, hid_t ds, const ck_piec
         if (r->fd >= 0 && addr != HADDR_UNDEF) /* the next piece: read ahead while we work */
             posix_fadvise(r->fd, (off_t)(addr + (p->off + p->n) * sizeof(float)),
                           (off_t)(chunk * sizeof(float)), POSIX_FADV_WILLNEED);
-        hid_t fs = H5Dget_space(ds), ms = fs < 0 ? -1 : ck_piece_select(p, fs);
-        herr_t rc =
-            ms < 0 ? -1 : H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, it->data + p->off);
-        if (ms >= 0)
-            H5Sclose(ms);
-        if (fs >= 0)
-            H5Sclose(fs);
-        if (rc < 0)
+        if (ck_reader_read_window(ds, p, H5T_NATIVE_FLOAT, it->data + p->off) < 0)
             return ck_err(ck, DDPC_ERR_FORMAT, "cannot read %s from %s: %s", it->path,
                           r->cands[r->next - 1], ck_h5_msg(h5, sizeof h5));
         *crc = ck_crc32(*crc, it->data + p->off, p->n * sizeof(float));
@@ -669,11 +641,7 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
             r.ncand = 0;
         }
         ck_h5_enter();
-        /* a file's filter pipeline can name any filter, and HDF5 would search
-         * its plugin path and load shared libraries to decode it: a
-         * checkpoint needs none (the built-in filters stay) */
-        H5PLget_loading_state(&plugins);
-        H5PLset_loading_state(0);
+        ck_reader_guard(&plugins); /* no filter plugins loaded for a file */
     }
     for (;;) {
         if (ck->rank == 0)
@@ -705,7 +673,7 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
             skip(ck, &r);
     }
     if (ck->rank == 0) {
-        H5PLset_loading_state(plugins);
+        ck_reader_unguard(plugins);
         ck_h5_leave();
     }
     free(r.cands);
