@@ -1,197 +1,17 @@
-/* runtime.c: the ddpc handle. Init (options, discovery, MPI, the world
- * communicator), finalize, abort, status strings, messages and logging.
- * It does not move data: that is src/comm. */
+/* runtime.c: the ddpc handle's lifecycle: init (options, discovery, MPI,
+ * the world communicator), finalize, abort. Status strings, messages,
+ * logging, options and the clock are src/util. It does not move data:
+ * that is src/comm. */
 #include "config.h"
 #include "internal.h"
 
-#include <errno.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
-#ifdef DDPC_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
-#ifdef DDPC_HAVE_NCCL
-#include <nccl.h>
-#endif
-
-static char init_error[DDPC_ERRMSG_LEN];
-
-const char *ddpc_strerror(ddpc_status_t st)
-{
-    switch (st) {
-#define DDPC_X_STR(name, value, text)                                                          \
-    case name:                                                                                 \
-        return text;
-        DDPC_STATUS_TABLE(DDPC_X_STR)
-#undef DDPC_X_STR
-    default:
-        return "unknown status";
-    }
-}
-
-const char *ddpc_source_name(ddpc_source_t src)
-{
-    static const char *const names[] = {"pmix", "slurm", "mpi-env", "torchrun", "single"};
-    return (unsigned)src < sizeof names / sizeof *names ? names[src] : "unknown";
-}
-
-double ddpc_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* ------------------------------------------------------------------ messages */
-
-/* Drop every "ddpc[rank ...] " after the start of s: a message that chains
- * its causes ("ddp: bucket 0 ...: comm: allreduce #625 ...") keeps each
- * cause's module and text and one prefix, its own. A cause from another
- * rank says so in its text ("failed on rank 0: ckpt: ..."). */
-static void drop_inner_prefixes(char *s)
-{
-    static const char tag[] = "ddpc[rank ";
-    char *p = *s ? s + 1 : s;
-    while ((p = strstr(p, tag)) != NULL) {
-        char *q = strchr(p, ']');
-        if (!q || q[1] != ' ') {
-            p += sizeof tag - 1;
-            continue;
-        }
-        memmove(p, q + 2, strlen(q + 2) + 1);
-    }
-}
-
-void ddpc_format_msg(char *dst, size_t n, const char *prefix, const char *module,
-                     const char *fmt, va_list ap)
-{
-    int k = snprintf(dst, n, "%s %s: ", prefix, module);
-    if (k < 0 || (size_t)k >= n)
-        return;
-    vsnprintf(dst + k, n - (size_t)k, fmt, ap);
-    drop_inner_prefixes(dst);
-}
-
-ddpc_status_t ddpc_set_error(char *dst, size_t n, const char *prefix, const char *module,
-                             ddpc_status_t st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ddpc_format_msg(dst, n, prefix, module, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-void ddpc_set_prefix(ddpc_t rt)
-{
-    const ddpc_world_t *w = &rt->world;
-    snprintf(rt->prefix, sizeof rt->prefix, "ddpc[rank %d/%d %s]", w->rank, w->size, w->host);
-}
-
-ddpc_status_t ddpc_verr(ddpc_t rt, ddpc_status_t st, const char *module, const char *fmt,
-                        va_list ap)
-{
-    char *dst = rt ? rt->err : init_error;
-    size_t n = rt ? sizeof rt->err : sizeof init_error;
-    ddpc_format_msg(dst, n, rt ? rt->prefix : "ddpc[rank ?]", module, fmt, ap);
-    if (rt && rt->cfg.log_level >= DDPC_LOG_DEBUG)
-        fprintf(stderr, "%s (debug: recorded error %s)\n", dst, ddpc_strerror(st));
-    return st;
-}
-
-ddpc_status_t ddpc_err(ddpc_t rt, ddpc_status_t st, const char *module, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ddpc_verr(rt, st, module, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-ddpc_status_t ddpc_mpi_err(ddpc_t rt, int mpirc, const char *module, const char *what)
-{
-    char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(mpirc, s, &len) != MPI_SUCCESS)
-        snprintf(s, sizeof s, "MPI error code %d", mpirc);
-    return ddpc_err(rt, DDPC_ERR_MPI, module, "%s failed: %s", what, s);
-}
-
-const char *ddpc_last_error(ddpc_t rt) { return rt ? rt->err : init_error; }
-const char *ddpc_init_error(void) { return init_error; }
-const ddpc_world_t *ddpc_world(ddpc_t rt) { return rt ? &rt->world : NULL; }
-const ddpc_config_t *ddpc_config(ddpc_t rt) { return rt ? &rt->cfg : NULL; }
-
-void ddpc_log(ddpc_t rt, ddpc_log_level_t level, const char *fmt, ...)
-{
-    if (rt && level > rt->cfg.log_level)
-        return;
-    static const char *const tag[] = {"error: ", "warning: ", "", "debug: "};
-    char line[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = snprintf(line, sizeof line, "%s %s", rt ? rt->prefix : "ddpc[rank ?]",
-                     tag[level & 3]);
-    vsnprintf(line + k, sizeof line - (size_t)k, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "%s\n", line); /* one write per line: ranks do not interleave mid-line */
-}
-
 /* ------------------------------------------------------------------ options */
-
-ddpc_status_t ddpc_env_double(ddpc_t rt, const char *name, double lo, double hi, double *val)
-{
-    const char *s = getenv(name);
-    if (!s)
-        return DDPC_OK;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi))
-        return ddpc_err(rt, DDPC_ERR_INVALID, "options", "%s=\"%s\": expected a number in [%g, %g]",
-                        name, s, lo, hi);
-    *val = v;
-    return DDPC_OK;
-}
-
-ddpc_status_t ddpc_env_long(ddpc_t rt, const char *name, long lo, long hi, long *val)
-{
-    const char *s = getenv(name);
-    if (!s)
-        return DDPC_OK;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return ddpc_err(rt, DDPC_ERR_INVALID, "options",
-                        "%s=\"%s\": expected an integer in [%ld, %ld]", name, s, lo, hi);
-    *val = v;
-    return DDPC_OK;
-}
-
-ddpc_status_t ddpc_env_choice(ddpc_t rt, const char *name, const char *const *choices, int *val)
-{
-    const char *s = getenv(name);
-    if (!s)
-        return DDPC_OK;
-    char list[256] = "";
-    for (int i = 0; choices[i]; i++) {
-        if (strcasecmp(s, choices[i]) == 0) {
-            *val = i;
-            return DDPC_OK;
-        }
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? "|" : "",
-                 choices[i]);
-    }
-    return ddpc_err(rt, DDPC_ERR_INVALID, "options", "%s=\"%s\": expected one of %s", name, s,
-                    list);
-}
 
 static ddpc_status_t read_env_options(ddpc_t rt)
 {
@@ -225,7 +45,7 @@ ddpc_status_t ddpc_init(const ddpc_config_t *cfg, int *argc, char ***argv, ddpc_
 {
     static const ddpc_config_t defaults = DDPC_CONFIG_INIT;
     ddpc_status_t st;
-    init_error[0] = 0;
+    ddpc_clear_init_error();
     if (!out)
         return ddpc_err(NULL, DDPC_ERR_INVALID, "init", "out must not be NULL");
     *out = NULL;
@@ -342,7 +162,7 @@ void ddpc_abort(ddpc_t rt, int code, const char *msg)
     if (msg && *msg) {
         char line[2 * DDPC_ERRMSG_LEN];
         snprintf(line, sizeof line, "%s %s", rt ? rt->prefix : "ddpc[rank ?]", msg);
-        drop_inner_prefixes(line); /* msg often chains a library message */
+        ddpc_drop_inner_prefixes(line); /* msg often chains a library message */
         fprintf(stderr, "%s\n", line);
     }
     fflush(NULL);
@@ -367,60 +187,4 @@ void ddpc_abort(ddpc_t rt, int code, const char *msg)
     if (inited && !fin)
         MPI_Abort(MPI_COMM_WORLD, code);
     _Exit(code ? code : 1);
-}
-
-/* ------------------------------------------------------------------ version */
-
-const char *ddpc_version(void) { return PACKAGE_VERSION; }
-
-const char *ddpc_build_info(void)
-{
-    static char info[512];
-    if (!info[0]) {
-        char mpiv[MPI_MAX_LIBRARY_VERSION_STRING] = "";
-        int len = 0;
-        MPI_Get_library_version(mpiv, &len);
-        char *nl = strchr(mpiv, '\n');
-        if (nl)
-            *nl = 0;
-#ifdef DDPC_HAVE_CUDA
-        const char *archs = " (compute capabilities " DDPC_CUDA_ARCHS ")";
-#else
-        const char *archs = "";
-#endif
-        snprintf(info, sizeof info, "MPI: %s; PMIx: %s; HDF5: %s; CUDA: %s%s; NCCL: %s; BLAS: %s",
-                 mpiv, DDPC_PMIX_VERSION, DDPC_HDF5_VERSION, DDPC_CUDA_VERSION, archs,
-                 DDPC_NCCL_VERSION, DDPC_BLAS_NAME);
-    }
-    return info;
-}
-
-const char *ddpc_runtime_info(void)
-{
-    static char info[256];
-#ifdef DDPC_HAVE_CUDA
-    int drv = 0, rtv = 0, n = 0;
-    cudaDriverGetVersion(&drv);
-    cudaRuntimeGetVersion(&rtv);
-    cudaError_t e = cudaGetDeviceCount(&n);
-    char gpus[128];
-    if (e == cudaSuccess)
-        snprintf(gpus, sizeof gpus, "%d GPU(s) visible", n);
-    else
-        snprintf(gpus, sizeof gpus, "no usable GPU (%s)", cudaGetErrorString(e));
-    char nccl[32] = "no";
-#ifdef DDPC_HAVE_NCCL
-    int v = 0;
-    if (ncclGetVersion(&v) == ncclSuccess)
-        snprintf(nccl, sizeof nccl, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
-#endif
-    char dv[16] = "none";
-    if (drv > 0)
-        snprintf(dv, sizeof dv, "%d.%d", drv / 1000, drv % 1000 / 10);
-    snprintf(info, sizeof info, "CUDA driver: %s; CUDA runtime: %d.%d; NCCL: %s; %s", dv,
-             rtv / 1000, rtv % 1000 / 10, nccl, gpus);
-#else
-    snprintf(info, sizeof info, "CUDA: not built in");
-#endif
-    return info;
 }
