@@ -3,7 +3,9 @@
  * logging, options and the clock are src/util. It does not move data:
  * that is src/comm. */
 #include "config.h"
-#include "internal.h"
+#include "../util/util.h"
+#include "../pmix/discover.h"
+#include "../comm/comm.h"
 
 #include <pthread.h>
 #include <stdio.h>
