@@ -1,7 +1,7 @@
-/* runtime.c: the ddpc handle's lifecycle: init (options, discovery, MPI,
- * the world communicator), finalize, abort. Status strings, messages,
- * logging, options and the clock are src/util. It does not move data:
- * that is src/comm. */
+/* init.c: the top layer of libddpc (doc/layers.md): ddpc_init, ddpc_finalize
+ * and ddpc_abort, which orchestrate discovery (src/pmix), MPI, the world
+ * communicator and the side channel (src/comm). Nothing below calls into it.
+ * Messages, options and clocks are src/util; data moves in src/comm. */
 #include "config.h"
 #include "../util/util.h"
 #include "../pmix/discover.h"
