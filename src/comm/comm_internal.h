@@ -5,7 +5,7 @@
 #ifndef DDPC_COMM_INTERNAL_H
 #define DDPC_COMM_INTERNAL_H
 
-#include "internal.h"
+#include "comm.h"
 
 #include <pthread.h>
 #include <time.h>

@@ -4,7 +4,7 @@
  * (ddpc_kvs_*) through PMIx or MPI. It never guesses: an inconsistent
  * environment is an error that names the variables. */
 #include "config.h"
-#include "internal.h"
+#include "discover.h"
 
 #include <stdio.h>
 #include <stdlib.h>

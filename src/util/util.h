@@ -1,0 +1,96 @@
+/* util.h: the bottom layer of libddpc (doc/layers.md): the runtime handle's
+ * struct, status strings, messages and errors with the rank prefix, logging,
+ * DDPC_* option parsing, the monotonic clock. Every module may use it; it
+ * includes and calls nothing of libddpc above it (tests/layers.sh checks). */
+#ifndef DDPC_UTIL_H
+#define DDPC_UTIL_H
+
+#include "ddpc.h"
+
+#include <mpi.h>
+#include <stdarg.h>
+
+#define DDPC_ERRMSG_LEN 1024
+
+/* The runtime handle. Its fields are grouped by the layer that owns them:
+ * a layer reads those of the layers below and writes its own. The pointers
+ * of the upper layers' state are incomplete types here. */
+struct ddpc {
+    /* util (and ddpc_init, which fills cfg) */
+    ddpc_config_t cfg;
+    ddpc_world_t world;           /* filled by discovery (src/pmix) */
+    char prefix[112];             /* "ddpc[rank r/n host]" */
+    char err[DDPC_ERRMSG_LEN];    /* last error on this handle */
+    /* ddpc_init (src/core/init.c) */
+    int own_mpi;                  /* ddpc called MPI_Init */
+    int mpi_thread_level;
+    MPI_Comm mpi_world;           /* dup of MPI_COMM_WORLD for runtime traffic */
+    /* discovery and the key exchange (src/pmix) */
+    int pmix_active;              /* PMIx_Init succeeded and owns discovery */
+    unsigned kvs_round;           /* fresh PMIx key per exchange */
+    /* communicators (src/comm) */
+    int stuck;                    /* a communicator was left with a collective in flight */
+    struct ddpc_comm *world_comm; /* ddpc_comm_world */
+    /* the side channel (src/comm/monitor.c): NULL when off or one rank */
+    struct ddpc_monitor *mon;
+    struct ddpc_comm *comms[8];   /* by id, in creation order (the same on every rank) */
+    int ncomms;                   /* ids handed out */
+    int check_collectives;        /* DDPC_DEBUG=detail */
+    long flight_n;                /* DDPC_FLIGHT_RECORDER: collectives kept per communicator */
+    const char *flight_dir;       /* DDPC_FLIGHT_RECORDER_DIR */
+    int flight_dumped;            /* once per process */
+};
+
+/* ------------------------------------------------------------ msg.c */
+
+/* Record an error on rt (may be NULL: then only the init-error buffer) with
+ * the "ddpc[rank r/n host] module: " prefix; returns st for `return ddpc_err(...)`. */
+ddpc_status_t ddpc_err(ddpc_t rt, ddpc_status_t st, const char *module, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+ddpc_status_t ddpc_verr(ddpc_t rt, ddpc_status_t st, const char *module, const char *fmt,
+                        va_list ap);
+
+/* Same, into a caller's buffer (for handles other than the runtime). */
+void ddpc_format_msg(char *dst, size_t n, const char *prefix, const char *module,
+                     const char *fmt, va_list ap);
+ddpc_status_t ddpc_set_error(char *dst, size_t n, const char *prefix, const char *module,
+                             ddpc_status_t st, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+/* Record an error in handle h (fields err[] and prefix[]); returns st. Each
+ * module wraps it: #define fail(s, st, ...) DDPC_HANDLE_ERR(s, "sampler", st, __VA_ARGS__) */
+#define DDPC_HANDLE_ERR(h, module, st, ...)                                                    \
+    ddpc_set_error((h)->err, sizeof (h)->err, (h)->prefix, module, st, __VA_ARGS__)
+
+/* Drop every "ddpc[rank ...] " after the start of s (a message that chains
+ * its causes keeps one prefix, its own). */
+void ddpc_drop_inner_prefixes(char *s);
+
+/* Empty the message of a failed ddpc_init (ddpc_init_error), at its start. */
+void ddpc_clear_init_error(void);
+
+/* Build rt->prefix from the world facts. */
+void ddpc_set_prefix(ddpc_t rt);
+
+/* MPI failure -> status with MPI's own error string. */
+ddpc_status_t ddpc_mpi_err(ddpc_t rt, int mpirc, const char *module, const char *what);
+
+/* ------------------------------------------------------------ env.c */
+
+/* Options: parse a DDPC_* variable if set. Return DDPC_ERR_INVALID with a
+ * message naming the variable and what was expected. */
+ddpc_status_t ddpc_env_double(ddpc_t rt, const char *name, double lo, double hi, double *val);
+ddpc_status_t ddpc_env_long(ddpc_t rt, const char *name, long lo, long hi, long *val);
+ddpc_status_t ddpc_env_choice(ddpc_t rt, const char *name, const char *const *choices, int *val);
+
+/* ------------------------------------------------------------ clock.c */
+
+/* Monotonic seconds. */
+double ddpc_now(void);
+
+#endif /* DDPC_UTIL_H */
