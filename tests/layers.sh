@@ -19,9 +19,11 @@ layer_of() {
     src/util/*) echo 0 ;;
     src/pmix/*) echo 1 ;;
     src/comm/*) echo 2 ;;
-    src/core/internal.h | src/ddp/* | src/ckpt/* | src/sampler/*) echo 3 ;;
-    src/core/*) echo 4 ;;
-    src/tools/*) echo 5 ;;
+    src/core/internal.h | src/sampler/*) echo 3 ;;
+    src/ddp/*) echo 4 ;;
+    src/ckpt/*) echo 5 ;;
+    src/core/*) echo 6 ;;
+    src/tools/*) echo 7 ;;
     *) echo - ;;
     esac
 }
@@ -30,9 +32,11 @@ layer_name() {
     0) echo "0 util" ;;
     1) echo "1 discovery" ;;
     2) echo "2 comm" ;;
-    3) echo "3 engines" ;;
-    4) echo "4 init" ;;
-    5) echo "5 tools" ;;
+    3) echo "3 sampler" ;;
+    4) echo "4 ddp" ;;
+    5) echo "5 ckpt" ;;
+    6) echo "6 init" ;;
+    7) echo "7 tools" ;;
     esac
 }
 

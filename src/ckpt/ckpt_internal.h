@@ -161,8 +161,6 @@ ddpc_status_t ck_write(ck_job_t *job);
  * -1 with errno if dir cannot be read. */
 int ck_list(const char *dir, char (**paths)[CK_FILE_MAX]);
 
-/* crc.c: zlib's crc32(crc, buf, len), with carry-less multiplies where the CPU has them. */
-uint32_t ck_crc32(uint32_t crc, const void *buf, size_t len);
 
 /* h5.c: HDF5 from one thread at a time, with its error printing off. */
 void ck_h5_enter(void);

@@ -440,7 +440,7 @@ static ddpc_status_t read_piece(ddpc_ckpt_t ck, r0_t *r, hid_t ds, const ck_piec
         if (ck_reader_read_window(ds, p, H5T_NATIVE_FLOAT, it->data + p->off) < 0)
             return ck_err(ck, DDPC_ERR_FORMAT, "cannot read %s from %s: %s", it->path,
                           r->cands[r->next - 1], ck_h5_msg(h5, sizeof h5));
-        *crc = ck_crc32(*crc, it->data + p->off, p->n * sizeof(float));
+        *crc = ddpc_crc32(*crc, it->data + p->off, p->n * sizeof(float));
     }
     if (last && *crc != want)
         return ck_err(ck, DDPC_ERR_FORMAT, "%s in %s is corrupt: its CRC-32 is %08x, the file "

@@ -1,6 +1,6 @@
 # src/ckpt: HDF5 checkpoints (rank 0 writes, load on rank 0 and broadcast).
 include_HEADERS += include/ddpc_ckpt.h
-libddpc_la_SOURCES += src/ckpt/ckpt_internal.h src/ckpt/ckpt.c src/ckpt/crc.c src/ckpt/h5.c \
+libddpc_la_SOURCES += src/ckpt/ckpt_internal.h src/ckpt/ckpt.c src/ckpt/h5.c \
 	src/ckpt/write.c src/ckpt/load.c src/ckpt/lock.c \
 	src/ckpt/names.c
 # the reading side for untrusted files, shared with ddpc-ckpt (src/tools/ckpt.mk)
@@ -16,7 +16,7 @@ tests_mpi_ckpt_LDFLAGS = $(DDPC_TEST_LD)
 tests_mpi_ckpt_LDADD = $(DDPC_TEST_LIBS) $(HDF5_LIBS)
 # the CRC against zlib's, compiled in (it is not exported)
 check_PROGRAMS += tests/check_ckpt_crc
-tests_check_ckpt_crc_SOURCES = tests/check_ckpt_crc.c src/ckpt/crc.c
+tests_check_ckpt_crc_SOURCES = tests/check_ckpt_crc.c src/util/crc.c
 tests_check_ckpt_crc_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/src/ckpt $(HDF5_CFLAGS) $(ZLIB_CFLAGS)
 tests_check_ckpt_crc_CFLAGS = $(DDPC_TEST_CF)
 tests_check_ckpt_crc_LDADD = $(CHECK_LIBS) $(ZLIB_LIBS)

@@ -550,7 +550,7 @@ static ddpc_status_t params_crc(ddpc_ddp_t d, uint32_t *crc)
     const size_t bytes = d->numel * sizeof(float);
     *crc = 0;
     if (d->device == DDPC_DEVICE_HOST) {
-        *crc = ck_crc32(0, d->param_arena, bytes);
+        *crc = ddpc_crc32(0, d->param_arena, bytes);
         return DDPC_OK;
     }
 #ifdef DDPC_HAVE_CUDA
@@ -563,7 +563,7 @@ static ddpc_status_t params_crc(ddpc_ddp_t d, uint32_t *crc)
         size_t n = bytes - off < piece ? bytes - off : piece;
         e = cudaMemcpy(h, (const char *)d->param_arena + off, n, cudaMemcpyDeviceToHost);
         if (e == cudaSuccess)
-            *crc = ck_crc32(*crc, h, n);
+            *crc = ddpc_crc32(*crc, h, n);
     }
     free(h);
     return e == cudaSuccess ? DDPC_OK : ddp_cuda_check(d, e, "check_params: reading the parameters");

@@ -395,7 +395,7 @@ int tensor_crc(cfile_t *c, const entry_t *e, float *buf, int out, uint32_t *crc,
             rc = -1;
             break;
         }
-        *crc = ck_crc32(*crc, buf, p.n * 4);
+        *crc = ddpc_crc32(*crc, buf, p.n * 4);
         for (size_t done = 0, len = p.n * 4; out >= 0 && done < len;) {
             ssize_t k = write(out, (const char *)buf + done, len - done);
             if (k < 0 && errno == EINTR)

@@ -6,7 +6,7 @@
 #ifndef DDPC_CKPT_TOOL_H
 #define DDPC_CKPT_TOOL_H
 
-#include "reader.h" /* CK_FORMAT, ck_crc32, ck_piece_*, ck_reader_* (compiled in) */
+#include "reader.h" /* CK_FORMAT, ddpc_crc32, ck_piece_*, ck_reader_* (compiled in) */
 
 #include <stdint.h>
 #include <stdio.h>

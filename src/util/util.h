@@ -5,6 +5,7 @@
 #ifndef DDPC_UTIL_H
 #define DDPC_UTIL_H
 
+#include "crc.h"
 #include "ddpc.h"
 
 #include <mpi.h>

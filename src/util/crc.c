@@ -4,7 +4,7 @@
  * PCLMULQDQ Instruction", 2009): about 3x zlib's tables, so the checksum
  * stays well below the disk's time. Elsewhere, and for the tail, zlib. */
 #include "config.h"
-#include "ckpt_internal.h"
+#include "crc.h"
 
 #include <zlib.h>
 
@@ -65,7 +65,7 @@ static int can_fold(void)
 }
 #endif
 
-uint32_t ck_crc32(uint32_t crc, const void *buf, size_t len)
+uint32_t ddpc_crc32(uint32_t crc, const void *buf, size_t len)
 {
     const unsigned char *p = buf;
 #ifdef CK_HAVE_FOLD
