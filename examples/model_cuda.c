@@ -130,16 +130,6 @@ static int lt(model_t *m, cublasStatus_t e, const char *call)
     return e == CUBLAS_STATUS_SUCCESS ? 0 : fail(m, "%s: cuBLAS status %d", call, (int)e);
 }
 
-/* largest power of two dividing the address, at most 256 */
-static uint32_t align_of(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    uint32_t k = 256;
-    while (k > 1 && a % k)
-        k /= 2;
-    return k;
-}
-
 static size_t layer_offset(const model_spec_t *s, int l) /* of W_l in the arena */
 {
     size_t off = 0;
@@ -260,7 +250,7 @@ static plan_t *plan_for(model_t *m, const gemm_t *g, int B)
     if (ok) {
         uint64_t wsb = WORKSPACE;
         uint32_t red = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_INPLACE;
-        uint32_t aa = align_of(g->A), ab = align_of(g->Bm), ad = align_of(g->D);
+        uint32_t aa = mk_align_of(g->A), ab = mk_align_of(g->Bm), ad = mk_align_of(g->D);
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
                                              sizeof wsb);
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,

@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 #include <library_types.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,6 +26,18 @@ extern "C" {
 /* Threads per block of every kernel but the loss, and the loss's one block. */
 #define MK_THREADS 256
 #define MK_LOSS_THREADS 1024
+
+/* The largest power of two dividing the address, at most 256: the alignment
+ * cuBLASLt's heuristics are told (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES),
+ * and the one its emulation checks. */
+static inline uint32_t mk_align_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t k = 256;
+    while (k > 1 && a % k)
+        k /= 2;
+    return k;
+}
 
 /* out[i] = t(in[i]) for i in [0, n): in float32, out of type t.
  * Grid-stride, MK_THREADS per block, ceil(n / MK_THREADS) blocks (at most

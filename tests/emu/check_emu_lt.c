@@ -113,15 +113,6 @@ typedef struct {
     float alpha, beta;
 } mm_t;
 
-static uint32_t align_of(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    uint32_t k = 256;
-    while (k > 1 && a % k)
-        k /= 2;
-    return k;
-}
-
 static cublasStatus_t matmul(cublasLtHandle_t h, const mm_t *g, cudaStream_t s, void *ws,
                              size_t wsb)
 {
@@ -150,7 +141,7 @@ static cublasStatus_t matmul(cublasLtHandle_t h, const mm_t *g, cudaStream_t s, 
     LT(cublasLtMatrixLayoutCreate(&ld, g->dt, g->M, g->N, g->ldd));
     LT(cublasLtMatmulPreferenceCreate(&pref));
     uint64_t w = wsb;
-    uint32_t aa = align_of(g->A), abb = align_of(g->B), ad = align_of(g->D);
+    uint32_t aa = mk_align_of(g->A), abb = mk_align_of(g->B), ad = mk_align_of(g->D);
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &w,
                                             sizeof w));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,

@@ -21,6 +21,7 @@
  * bit order (bit i of column j: byte j * ld / 8 + i / 8, bit i % 8) is this
  * emulation's; cuBLASLt's is opaque and only ever read back by cuBLASLt. */
 #include "emu_internal.h"
+#include "model_cuda_kernels.h"
 
 #include <cblas.h>
 #include <cublasLt.h>
@@ -163,16 +164,6 @@ static void put(void *p, int32_t t, size_t i, float v)
         ((float *)p)[i] = v;
     else
         ((uint16_t *)p)[i] = t == CUDA_R_16BF ? emu_to_bf16(v) : emu_to_f16(v);
-}
-
-/* largest power of two dividing the address, at most 256 */
-static uint32_t align_of(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    uint32_t k = 256;
-    while (k > 1 && a % k)
-        k /= 2;
-    return k;
 }
 
 /* ------------------------------------------------------------------ epilogues */
@@ -637,9 +628,9 @@ EMU_API cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
             return CUBLAS_STATUS_NOT_SUPPORTED;
         need_al[i] = p->align[i] < 16 ? p->align[i] : 16;
     }
-    if ((m.flags & E_VEC) && d->bias && align_of(d->bias) < esize(m.vt))
+    if ((m.flags & E_VEC) && d->bias && mk_align_of(d->bias) < esize(m.vt))
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    if ((m.flags & E_AUX) && d->aux && align_of(d->aux) < AUX_ALIGN)
+    if ((m.flags & E_AUX) && d->aux && mk_align_of(d->aux) < AUX_ALIGN)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (p->max_waves > 0.0f && p->max_waves < 1.0f)
         return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -815,7 +806,7 @@ EMU_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d
         const void *ptr[4] = {A, B, C, D};
         const int32_t ty[4] = {m.at, m.bt, m.ct, m.dt};
         for (int i = 0; i < 4; i++) {
-            uint32_t k = align_of(ptr[i]);
+            uint32_t k = mk_align_of(ptr[i]);
             if (ptr[i] && k < esize(ty[i]))
                 return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "operand %c = %p is not aligned to "
                               "its element", "ABCD"[i], ptr[i]);
@@ -824,15 +815,15 @@ EMU_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d
     }
     const void *ptr[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)
-        if (ptr[i] && align_of(ptr[i]) < al[i])
+        if (ptr[i] && mk_align_of(ptr[i]) < al[i])
             return refuse(CUBLAS_STATUS_INVALID_VALUE,
                           "operand %c = %p is aligned to %u bytes; the algo was chosen for %u "
                           "(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES)", "ABCD"[i], ptr[i],
-                          align_of(ptr[i]), al[i], "ABCD"[i]);
-    if ((m.flags & E_VEC) && m.bias && align_of(m.bias) < esize(m.vt))
+                          mk_align_of(ptr[i]), al[i], "ABCD"[i]);
+    if ((m.flags & E_VEC) && m.bias && mk_align_of(m.bias) < esize(m.vt))
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "bias = %p is not aligned to its element",
                       m.bias);
-    if ((m.flags & E_AUX) && m.aux && align_of(m.aux) < AUX_ALIGN)
+    if ((m.flags & E_AUX) && m.aux && mk_align_of(m.aux) < AUX_ALIGN)
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "aux = %p is not aligned to %u bytes", m.aux,
                       AUX_ALIGN);
     /* in place: C == D with C's layout D's */
