@@ -11,7 +11,7 @@
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || skip "no python3 to parse the recipes"
 check="python3 $top_srcdir/tests/recipes_check.py"
-release="$SHELL $top_srcdir/scripts/release.sh"
+release="sh $top_srcdir/scripts/release.sh"
 spack="$top_srcdir/contrib/spack/package.py"
 [ -f "$spack" ] || skip "no $spack: the recipes are repository files, not in the release tarball"
 version=$(cat "$top_srcdir/VERSION")
