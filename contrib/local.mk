@@ -4,8 +4,9 @@
 embeddir = $(docdir)/examples/embed
 dist_embed_DATA = examples/embed/README.md examples/embed/Makefile examples/embed/embed.c
 EXTRA_DIST += examples/embed/.gitignore
-# recipes: not installed (a site copies them into its Spack repo or easyconfigs)
-EXTRA_DIST += contrib/spack/package.py contrib/easybuild/ddpc-0.1.0-gompi-2025a-CUDA-12.8.0.eb
+# The recipes (contrib/spack, contrib/easybuild) are repository files, neither
+# installed nor in the tarball: they carry the tarball's sha256, which would
+# change the tarball (doc/site.md, "Releases"); tests/recipes.sh skips without them.
 TESTS += tests/recipes.sh tests/embed.sh
 dist_check_SCRIPTS += tests/recipes.sh tests/recipes_check.py tests/embed.sh
 dist_check_DATA += tests/cxx_hello.cpp

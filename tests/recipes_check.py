@@ -5,17 +5,23 @@ is Python syntax too), check the parts a site relies on, and check that every
 configure option they pass (--with-*, --without-*, --enable-*, --disable-*)
 and every VAR= they set exists in `configure --help`.
 
-    recipes_check.py CONFIGURE_HELP_FILE RECIPE...
+    recipes_check.py [--tarball ddpc-VERSION.tar.gz] CONFIGURE_HELP_FILE RECIPE...
 
-RECIPE is a Spack package.py or an EasyBuild .eb. Prints one "ok:" line per
-recipe; each problem is a "FAIL: file: ..." line; exit status 1 if any."""
+RECIPE is a Spack package.py or an EasyBuild .eb. With --tarball, the
+recipes must name that release: the Spack recipe a version("VERSION",
+sha256=<the tarball's>), the easyconfig version VERSION and that checksum.
+Prints one "ok:" line per recipe; each problem is a "FAIL: file: ..." line;
+exit status 1 if any."""
 import ast
+import hashlib
 import os
 import re
 import sys
 
 OPTION = re.compile(r"--(with|without|enable|disable)-([A-Za-z0-9_][A-Za-z0-9_-]*)")
 PRECIOUS_HEAD = "Some influential environment variables:"
+SHA256 = re.compile(r"[0-9a-f]{64}")
+LICENSE = "BSD-3-Clause"  # LICENSE
 
 
 def configure_help(path):
@@ -40,8 +46,9 @@ def configure_help(path):
 
 
 class Checker:
-    def __init__(self, path, options, precious):
+    def __init__(self, path, options, precious, release=None):
         self.path, self.options, self.precious = path, options, precious
+        self.release = release  # (version, sha256) of --tarball, or None
         self.errors = []
         self.passed_options, self.passed_vars = set(), set()
 
@@ -86,12 +93,27 @@ class Checker:
                 calls.setdefault(c.func.id, []).append((args, kw))
         methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
 
+        if ([f'"{LICENSE}"'], {}) not in calls.get("license", []):
+            self.fail(f'no license("{LICENSE}")')
         versions = calls.get("version", [])
         if not any(a and a[0] == '"main"' and kw.get("branch") == '"main"' for a, kw in versions):
             self.fail('no version("main", branch="main")')
         for a, kw in versions:
             if not ({"sha256", "branch", "tag", "commit"} & set(kw)):
                 self.fail(f"version({a[0] if a else ''}) has no sha256 (Spack refuses it)")
+            elif "sha256" in kw and not SHA256.fullmatch(kw["sha256"].strip('"')):
+                self.fail(f"version({a[0] if a else ''}): sha256={kw['sha256']} is not 64 hex digits")
+        releases = [(a[0].strip('"'), kw["sha256"].strip('"')) for a, kw in versions
+                    if a and "sha256" in kw]
+        names = [a[0] for a, kw in versions if a]
+        if not releases:
+            self.fail('no release version("X", sha256="...") (make release writes it)')
+        elif '"main"' in names and names.index('"main"') < names.index(f'"{releases[0][0]}"'):
+            self.fail(f'version("{releases[0][0]}") is below version("main"): releases go above it')
+        if self.release and self.release not in releases:
+            have = ", ".join(f"{v} {h}" for v, h in releases) or "none"
+            self.fail(f'no version("{self.release[0]}", sha256="{self.release[1]}") of the tarball '
+                      f"(releases here: {have})")
         variants = {a[0].strip('"'): kw for a, kw in calls.get("variant", []) if a}
         if variants.get("pmix", {}).get("default") != "True":
             self.fail("no variant pmix with default=True")
@@ -168,6 +190,31 @@ class Checker:
         for key in ("name", "version", "homepage", "description", "toolchain", "sources"):
             if not cfg.get(key):
                 self.fail(f"no {key}")
+        # eb --check-contrib: one SHA256 per source
+        checksums = cfg.get("checksums", [])
+        if len(checksums) != len(cfg.get("sources", [])):
+            self.fail(f"{len(checksums)} checksums for {len(cfg.get('sources', []))} sources "
+                      "(make release writes the tarball's)")
+        for c in checksums:
+            if not (isinstance(c, str) and SHA256.fullmatch(c)):
+                self.fail(f"checksum {c!r} is not a sha256 (64 hex digits)")
+        if self.release and (cfg.get("version"), self.release[1]) != \
+                (self.release[0], checksums[0] if checksums else None):
+            self.fail(f"version {cfg.get('version')!r} checksums {checksums} are not the tarball's "
+                      f"({self.release[0]!r}, [{self.release[1]!r}])")
+        # EasyBuild 5 fails on an unresolved template: a %(cuda_...)s needs a value
+        # even where the site sets no --cuda-compute-capabilities
+        templates = " ".join(str(v) for v in cfg.values())
+        if re.search(r"%\(cuda_(int|sm|cc|compute)[a-z_]*\)s", templates):
+            ccs = cfg.get("cuda_compute_capabilities")
+            if not ccs:
+                self.fail("uses a %(cuda_...)s template but sets no cuda_compute_capabilities default")
+            elif not all(isinstance(c, str) and re.fullmatch(r"\d+\.\d+", c) for c in ccs):
+                self.fail(f"cuda_compute_capabilities = {ccs!r}: expected ['9.0', ...]")
+        if "software_license" in cfg:
+            self.fail("software_license: EasyBuild 5 knows no BSD class; name it in software_license_urls")
+        if not any(str(u).endswith("/LICENSE") for u in cfg.get("software_license_urls", [])):
+            self.fail("no software_license_urls naming LICENSE")
         if cfg.get("toolchainopts", {}).get("usempi") is not True:
             self.fail("toolchainopts has no 'usempi': True")
         deps = {d[0]: d for d in cfg.get("dependencies", [])}
@@ -219,20 +266,34 @@ class Checker:
         self.check_against_configure()
 
 
+def tarball_release(path):
+    """(version, sha256) of a ddpc-VERSION.tar.gz."""
+    m = re.fullmatch(r"ddpc-(.+)\.tar\.gz", os.path.basename(path))
+    if not m:
+        sys.exit(f"FAIL: {path} is not a ddpc-VERSION.tar.gz")
+    with open(path, "rb") as f:
+        return m.group(1), hashlib.sha256(f.read()).hexdigest()
+
+
 def main(argv):
+    release = None
+    if len(argv) > 2 and argv[1] == "--tarball":
+        release = tarball_release(argv[2])
+        argv = argv[:1] + argv[3:]
     if len(argv) < 3:
         sys.exit(__doc__)
     options, precious = configure_help(argv[1])
     failed = False
     for path in argv[2:]:
-        c = Checker(path, options, precious)
+        c = Checker(path, options, precious, release)
         c.run()
         for e in c.errors:
             print(e)
         failed |= bool(c.errors)
         if not c.errors:
             print(f"ok: {path}: parses; passes {' '.join(sorted(c.passed_options))}"
-                  f" and sets {' '.join(sorted(c.passed_vars))}: all in configure --help")
+                  f" and sets {' '.join(sorted(c.passed_vars))}: all in configure --help"
+                  + (f"; names release {release[0]} sha256 {release[1]}" if release else ""))
     return 1 if failed else 0
 
 

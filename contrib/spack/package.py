@@ -1,7 +1,8 @@
 # Spack recipe for ddpc. Copy it into a Spack package repository as
 # repos/spack_repo/<namespace>/packages/ddpc/package.py (spack-packages layout)
 # and `spack install ddpc +cuda cuda_arch=90`. tests/recipes.sh parses it and
-# checks every configure option it passes against ./configure --help.
+# checks every configure option it passes against ./configure --help, and
+# the release's sha256 against the tarball `make release` builds.
 
 import os
 
@@ -25,10 +26,12 @@ class Ddpc(AutotoolsPackage, CudaPackage):
     url = "https://github.com/ddpc-hpc/ddpc/releases/download/v0.1.0/ddpc-0.1.0.tar.gz"
     git = "https://github.com/ddpc-hpc/ddpc.git"
 
-    # Spack refuses a tarball version without its sha256, and no release
-    # tarball is published yet: build from git. Once `make dist` tarballs are
-    # released, add e.g. version("0.1.0", sha256="<sha256sum of ddpc-0.1.0.tar.gz>")
-    # (`spack checksum ddpc 0.1.0` prints the line).
+    license("BSD-3-Clause")
+
+    # releases, newest first: make dist's tarball (it has configure), its
+    # sha256 written here by `make release` (scripts/release.sh); main builds
+    # from git and needs the autotools
+    version("0.1.0", sha256="f554082270479dc98a11beee84e8372ce8fd49f04d33422fba178a6635a7a413")
     version("main", branch="main")
 
     variant(
