@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # bootstrap.sh: the quick start on a fresh Debian 12 machine, as root.
 # Installs the Debian packages ddpc needs, builds it in build/, and runs the
 # main job (2 ranks). `./bootstrap.sh --deps-only` only installs packages;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* allreduce_tail: the tail latency of many small and medium MPI_Allreduce
  * calls (the UCX stalls of the Slurm testbed, doc/guide.md "MPI transport
  * settings"). Plain MPI, no ddpc: it measures the MPI and its transport, not

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """benchlib.py: what the Python sides of the benchmarks share, so that each
 reads the data and names its BLAS the same way: the idx files of an
 MNIST-format directory (the trainer's normalization constants with them) and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ckpt_bench.c: checkpoint throughput against raw I/O of the same bytes, in
  * the same run. A model of 32 parameters (16 x [4096, 1365] and 16 x [4096])
  * with AdamW: parameters plus 2 state tensors, about 1 GiB. Per repetition:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ddp_bench.c: benchmarks of the DDP engine (issue 3). Not a test: it times,
  * it does not check numbers. bench/ddp_bench.sh runs every mode and sums up.
  *

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # ddp_bench.sh -- the DDP engine's benchmarks of issue 3 in one go (`make bench`):
 #  1. allreduce: one-bucket engine step against raw MPI_Allreduce, per size,
 #     under mpiexec on this machine (shared memory);

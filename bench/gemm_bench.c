@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * gemm_bench.c -- time single-precision GEMM the way ddpc's CPU MLP trainer
  * calls it, through the CBLAS interface (or oneDNN's dnnl_sgemm with

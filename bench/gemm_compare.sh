@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # gemm_compare.sh -- build bench/gemm_bench.c against every CBLAS (and oneDNN)
 # that Debian installed here, run them side by side single-threaded, and print
 # a table plus a last line of key=value ratios over the reference choice.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """gpu_bench.py: the trainer against PyTorch on one GPU, in one run
 (scripts/gpu-check.sh calls it on the GPU machine; doc/performance.md has
 the figures). Interleaved repeats (trainer, torch eager, trainer, ...) so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* loader_bench.c: how long a training loop waits for its data. Feeds batches
  * of the Fashion-MNIST train set through ddpc's loader to a loop that
  * "computes" for a fixed time per batch (a busy loop that reads the batch),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # bench: fragment of the top Makefile.am (sources, programs, tests of this part)
 # loader_bench: how long a training loop waits for Fashion-MNIST batches, with
 # the loader's prefetch off and on (doc/sampler.md has its figures). Built

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """plot.py: the report of bench/train_bench.sh (`make bench`): reads what it
 left in BENCH_OUT (runs.tsv, runs/*, gemm, ckpt and ddp outputs) and writes
   - a markdown report on stdout (also BENCH_OUT/report.md),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # quiet.sh: sourced by the benchmark scripts (ddp_bench.sh, train_bench.sh).
 # The machine is shared: before each measurement they wait for it to be
 # idle. Uses QUIET_IDLE (%) and QUIET_WAIT (s), which the caller sets.

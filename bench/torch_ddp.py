@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """torch_ddp.py: the CPU trainer's job in PyTorch DDP over gloo, the anchor of
 bench/train_bench.sh (which runs both, interleaved, and prints the ratios).
 It is a benchmark, not a test: nothing under `make check` runs it.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """torch_mlp.py: the trainer's job in PyTorch, the anchor of the GPU bench
 (bench/gpu_bench.sh runs both in one go and prints the ratios).
 

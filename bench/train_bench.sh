@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # train_bench.sh -- `make bench` (issue 11): ddpc beside PyTorch, MPI and the
 # hardware limit, in one run on this machine's CPUs. Parts (BENCH_PARTS, in
 # this order):

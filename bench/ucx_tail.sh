@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # ucx_tail.sh: all-reduce tail latency on the Slurm testbed under several MPI
 # transport settings (doc/guide.md, "MPI transport settings"). By hand, not a test:
 #   DDPC_TESTBED_PORT=16941 bench/ucx_tail.sh [REPEATS [CALLS [MAX_FLOATS [INFLIGHT]]]]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # contrib: package recipes (Spack, EasyBuild) and their parse test; examples/embed, the embedding example.
 # The embedding example is installed as documentation, for users to copy:
 #   cp -r $(embeddir) . && make -C embed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* device.c: the device a rank trains on (see device.h); the one-GPU-per-rank
  * rule itself is the library's (ddpc_gpu_rule). */
 #include "device.h"

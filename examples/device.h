@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* device.h: which device a rank trains on. The pure rule that binds one GPU
  * per rank from its local rank and what CUDA_VISIBLE_DEVICES leaves visible
  * is the library's ddpc_gpu_rule (ddpc_comm.h); device_resolve applies

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # examples: the reference trainer (./trainer in the build tree, installed) and
 # its parts. The parts the unit tests need are a convenience library.
 noinst_LTLIBRARIES += examples/libtrainer.la

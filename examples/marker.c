@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* marker.c: the stop marker (marker.h). Plain key=value lines that a shell
  * reads with sed; no MPI, no ddpc: the unit tests call it. */
 #include "marker.h"

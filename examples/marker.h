@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* marker.h: the trainer's stop marker, <ckpt-dir>/trainer.stop, for job
  * scripts whose launcher loses the trainer's exit code (mpiexec, some srun
  * MPI plugins): written by rank 0 after the checkpoint of a stop signal,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* model.c: what every device's model shares: the layer list, the parameter
  * names, shapes and order, and the initialization (host memory, rank 0). */
 #include "model.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* model.h: the trainer's models and the interface a device implements.
  * A model is a stack of fully connected layers: "linear" is the textbook
  * 784->10 classifier, "mlp" puts hidden layers with ReLU in between; the loss

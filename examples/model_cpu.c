@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* model_cpu.c: the models on the CPU through a CBLAS (cblas_sgemm), float32.
  * Forward keeps each layer's output for backward; backward walks the layers
  * from the last to the first and reports each parameter the moment its

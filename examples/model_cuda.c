@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* model_cuda.c: the trainer's models on one GPU (model.h), the twin of
  * model_cpu.c: the same layers, parameters, loss and order of grad_ready
  * calls, computed with cuBLASLt GEMMs and a few kernels (model_cuda_kernels.h)

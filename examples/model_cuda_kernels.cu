@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* model_cuda_kernels.cu: the CUDA model's kernels (model_cuda_kernels.h)
  * behind C launchers, one per kernel family; the host code is
  * model_cuda.c. The twins tests/emu/kernels_model.c compute the same on the

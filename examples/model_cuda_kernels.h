@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* model_cuda_kernels.h: the CUDA model's device code, callable from C
  * (model_cuda_kernels.cu): the few kernels model_cuda.c runs around its
  * cuBLASLt GEMMs (casts, the unfused bias/ReLU epilogues, the loss, the bias

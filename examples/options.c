@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* options.c: the trainer's command line: defaults, parsing with strict
  * number checks (every error names the option and what it expects), usage. */
 #include "options.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* options.h: the trainer's command line. Parsing is a pure function (no
  * output, no exit) so that the unit tests can call it; main prints. */
 #ifndef TRAINER_OPTIONS_H

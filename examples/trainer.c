@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* trainer.c: the reference ddpc program. Trains a linear classifier or an MLP
  * on MNIST-format data (Fashion-MNIST by default), data-parallel over the
  * ranks of an mpiexec or srun launch: every rank holds a replica, reads its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* trainer.h: what the trainer's files share: the state of a run (trainer_t)
  * and its messages (trainer_util.c), the checkpoints (trainer_ckpt.c).
  * trainer.c has main, the setup and the training loop. */

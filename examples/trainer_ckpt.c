@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* trainer_ckpt.c: the trainer's checkpoints: the handle and its attributes,
  * --resume (with the hyper-parameters a resumed run changes warned about),
  * saves with their lines and metrics events, and the stop marker. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* trainer_util.c: the trainer's clock, failures (recorded, agreed on,
  * fatal), and its two outputs: rank 0's lines and the --metrics file. */
 #include "trainer.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ddpc.h: everything a training program needs from ddpc: the runtime core,
  * the communicator, the DDP engine and optimizers, the sampler and the data
  * loader, checkpoints. Include only this. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ddpc_ckpt.h: HDF5 checkpoints of a DDP engine. Rank 0 writes one file per
  * checkpoint (parameters, optimizer state, data position, RNG, counters, the
  * application's attributes and tensors), crash-atomically, optionally from a

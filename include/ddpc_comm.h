@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ddpc_comm.h: the communicator ("process group"). Collectives over host
  * memory through MPI, and over GPU memory through NCCL or through MPI with
  * pinned host staging, behind the same calls; blocking and asynchronous with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ddpc_core.h: the runtime core of ddpc, a C runtime for synchronous data-parallel
  * training. Init and finalize, the world facts (rank, size, local rank, node,
  * where they came from), status codes, messages and logging.

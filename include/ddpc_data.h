@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ddpc_data.h: datasets in the idx format of MNIST and Fashion-MNIST (raw or
  * gzip), validated at open, and a loader that gathers the next batch of a
  * sampler on a background thread while the training loop works on the current

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ddpc_ddp.h: the DDP engine. Named parameters live in one contiguous
  * parameter arena and one gradient arena; gradients are averaged over the
  * ranks by bucketed all-reduces that start while the backward pass is still

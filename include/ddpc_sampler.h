@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ddpc_sampler.h: the distributed sampler (PyTorch DistributedSampler
  * semantics) with a resumable, world-size independent state, and the portable
  * random generator behind its permutations. Pure: no communication, rank and

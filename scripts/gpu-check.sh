@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu-check.sh: build ddpc with nvcc on the GPU machine, run the GPU tests,
 # the trainer and a quick benchmark in one go, each step under its own
 # timeout and a budget for the whole run; not a benchmark harness of its own

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu-rehearse.sh: scripts/gpu-check.sh in a bare Debian 12 root that holds
 # only the carried prefix, the CUDA toolkit and what the GPU machine has of
 # its own (gcc/g++ for nvcc, python3), to prove the carry and the script's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # slurm: the sbatch scripts (installed in $(pkgdatadir)/slurm) and the
 # modulefiles, written at install time from slurm/ddpc.lua.in and
 # slurm/ddpc.tcl.in with the final install directories.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* check_ckpt_crc.c: the checkpoint CRC (src/ckpt/crc.c, carry-less
  * multiplies where the CPU has them) equals zlib's crc32 for every length,
  * alignment and starting value tried, also when computed in pieces. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* check_ckpt_names.c: a save's temporary file names (src/ckpt/names.c):
  * which are a checkpoint's, and which a save may remove with and without
  * the directory's lock. */

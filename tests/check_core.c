@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* check_core.c: the runtime core in one process: status strings, dtypes,
  * half-precision conversions, discovery from each environment source and its
  * errors, DDPC_* options. Each test runs in its own forked process (MPI is

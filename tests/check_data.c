@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* check_data.c: the idx reader and the prefetching loader on small files this
  * test writes in a temp dir, raw and gzip: contents and normalization, every
  * bad-file case with its message, the loader's batches against the sampler's

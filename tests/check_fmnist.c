@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* check_fmnist.c: the idx reader and the loader on the real Fashion-MNIST
  * files (DDPC_FMNIST_DIR, default /usr/share/datasets/fashion-mnist):
  * counts, shapes, label histograms, pixel range and mean, and one epoch of 4

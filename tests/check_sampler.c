@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* check_sampler.c: the sampler in one process, every rank simulated: golden
  * generator values, PyTorch's sharding written out by hand, properties over a
  * grid of sizes and world sizes, resume with the same and another world size,

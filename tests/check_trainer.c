@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* check_trainer.c: the trainer's parts that need no MPI: option parsing and
  * its errors, the models' gradients against finite differences (linear and
  * MLP, small sizes), the order in which backward reports gradients, and the

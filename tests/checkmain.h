@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* checkmain.h: the main of a single-process Check suite. The exit status is
  * 1 when a test failed (never a count: 77 would read as "skipped" to
  * automake), 0 otherwise. Multi-rank suites use mpitest.h's MPI_TEST_MAIN. */

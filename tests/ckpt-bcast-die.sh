@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # ckpt-bcast-die.sh: rank 0 dies during the restart broadcast (the fault
 # table's row 17). A restart of mpi_ckpt_train with 2 and 4 ranks, where rank
 # 0 SIGKILLs itself after it opened and checked the newest checkpoint, at its

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # ckpt-faults.sh: faults around checkpoints, 2 ranks, separate processes.
 # - rank 0 killed with SIGKILL in the middle of writing (sync and async save):
 #   the previous checkpoint is untouched and a restart resumes from it and

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # ckpt-full.sh: saving to a full or read-only file system (a 1 MiB tmpfs;
 # needs root) fails with a clear error on every rank, removes its .tmp, and
 # leaves the training state and the older checkpoints unharmed: training

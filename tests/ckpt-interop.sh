@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # ckpt-interop.sh: a checkpoint written by 2 ranks is readable without ddpc:
 # h5dump lists the documented groups, datasets and attributes; Python's h5py
 # reads a parameter equal to the bytes ddpc dumped, every dataset's crc32

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # ckpt-resume.sh: training stopped at K/2 with a checkpoint, resumed in new
 # processes (a separate mpiexec) and run to K ends bitwise where an
 # uninterrupted run of K steps ends: 1, 2 and 4 ranks, SGD with momentum and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 // cxx_hello.cpp: a C++ program against the installed ddpc (tests/embed.sh
 // builds it with g++ -std=c++17 -Wall -Wextra -Werror -pedantic and
 // pkg-config, then runs it on 2 ranks): the headers are C++-clean, and the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # ddpc-ckpt.sh: the checkpoint tool on real checkpoints (tests/mpi_ckpt_train,
 # 2 ranks, AdamW and SGD, one large enough to be read in several pieces) and
 # on damaged or hostile copies of them:

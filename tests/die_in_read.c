@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* die_in_read.c: preloaded by tests/ckpt-bcast-die.sh into the ranks of a
  * restart. Rank 0 (PMI_RANK, PMIX_RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID
  * = 0) kills itself with SIGKILL at its DDPC_TEST_DIE_AT_READ-th H5Dread:

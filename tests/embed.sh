@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # embed.sh: the embedding example as a user gets it. `make install
 # prefix=P`, copy $(docdir)/examples/embed out of P, build it with its
 # Makefile (mpicc, pkg-config --cflags --libs ddpc, -Werror), run it on 2

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # gpu-boot.sh: the nccl backend's bootstrap under mpiexec (the unique id and
 # every rank's GPU check through MPI). Without a GPU (here and in CI) every
 # rank must stop with one message naming the ranks without a usable GPU, not

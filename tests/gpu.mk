@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/gpu.mk: fragment of the top Makefile.am: the GPU path's tests. They
 # build --with-cuda (gpu_boot needs NCCL) and exit 77 with the reason where
 # no GPU is usable (here and in CI); scripts/gpu-check.sh runs them on a GPU.

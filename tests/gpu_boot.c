@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* gpu_boot.c: the NCCL bootstrap, end to end. ddpc_init with the nccl
  * backend (which accepts a PMIx launch whose MPI is not wired), then a device
  * communicator on this rank's GPU: the GPU check and rank 0's ncclUniqueId

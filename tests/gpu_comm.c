@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* gpu_comm.c: device communicators under 1, 2 and 4 MPI ranks sharing one
  * GPU: backend mpi-staged for any size, and nccl too with 1 rank (NCCL
  * refuses two ranks on one GPU). Plain C with its own checks; not a Check

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* gpu_ddp.c: the DDP engine on device arenas under 1, 2 and 4 MPI ranks
  * sharing one GPU (backend mpi-staged; nccl too with 1 rank). The device
  * twin of mpi_ddp.c's equivalence test; plain C with its own checks.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* gpu_graph.c: a whole DDP step captured into a CUDA graph on the nccl
  * backend, and the rules a capture imposes on ddpc (each case a defect a
  * first GPU run would have shown):

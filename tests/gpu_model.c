@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* gpu_model.c: the trainer's CUDA model (examples/model_cuda.c) against its
  * CPU twin (model_cpu.c) on the same parameters and batches: loss, hits,
  * every gradient, the order of the grad_ready calls, accumulation over two

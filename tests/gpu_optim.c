@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* gpu_optim.c: the device optimizer (cuda_kernels.cu) against its CPU twin
  * (optim.c) through the public API: same parameters, same gradients, 100
  * steps per config, then parameters, gradients, every state tensor and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* gputest.h: the scaffold of the plain-C multi-rank GPU tests (gpu_comm.c,
  * gpu_ddp.c): one ddpc runtime and its world communicator, checks that count
  * failures and name the rank and the case, calls that must succeed or end

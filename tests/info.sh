@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # info.sh: ddpc-info under the configured MPI launcher with 1, 2 and 4 ranks
 # prints one correct line per rank, in rank order; --version names the build.
 . "$(dirname "$0")/lib.sh"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # install.sh: `make install` into a staging root gives the headers, the
 # library, ddpc-info and ddpc.pc; a program built only with what
 # `pkg-config --cflags --libs ddpc` says links and runs under mpiexec; `make

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # launch-errors.sh: ddpc-info started with a wrong launch environment or a
 # malformed option fails fast with one clear message, never a hang.
 . "$(dirname "$0")/lib.sh"

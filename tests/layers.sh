@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # layers.sh: libddpc's layers stay strict (doc/layers.md). Every file under
 # src/ has a layer; no file may include a header of a higher layer, and
 # (when the library's objects are built) no object may call or use a symbol

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # lib.sh: sourced by the test scripts. Paths, the MPI launcher, assertions.
 # Exit codes follow automake: 0 pass, 77 skip (always with a reason), 99 hard error.
 : "${top_builddir:=$(cd "$(dirname "$0")/.." && pwd)}"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* linear_model.h: the model that the DDP equivalence tests train (mpi_ddp.c
  * on host arenas, gpu_ddp.c on device arenas): its shape, a deterministic
  * data set, the MSE gradient and the initial parameters, all on the host in

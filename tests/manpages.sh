@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # manpages.sh: the man pages of doc/man. Each is lint-free (groff -ww -z -man
 # and man --warnings -l print nothing), says this VERSION in its .TH line, has
 # its sections, and refers only to ddpc pages that exist; together they cover

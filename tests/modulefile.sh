@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # modulefile.sh: `make install` writes the modulefiles with the final install
 # directories: $(modulefilesdir)/ddpc/VERSION.lua (Lmod) and its Tcl twin
 # $(tclmodulefilesdir)/ddpc/VERSION (Environment Modules), and puts the sbatch

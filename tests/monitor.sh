@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # monitor.sh: the side channel that names the rank at fault
 # (src/comm/monitor.c), with real MPICH processes:
 #  - DDPC_DEBUG=detail: matching collectives pass; rank 1 all-reducing 32

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* monitor_test.c: collectives that go wrong on purpose, for tests/monitor.sh
  * (the side channel: src/comm/monitor.c). Every rank prints what its call
  * returned, one line each.

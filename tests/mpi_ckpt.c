@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mpi_ckpt.c: checkpoints under 1, 2 and 4 ranks, in one process group:
  * save and load into a fresh engine gives bitwise identical parameters,
  * optimizer state, counters and user data on every rank (sync and async,

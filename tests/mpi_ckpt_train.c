@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mpi_ckpt_train.c: a small deterministic training run with checkpoints, for
  * the restart tests (tests/ckpt-*.sh). Linear regression y = w.x + b on
  * generated data through the DDP engine: each step an RNG (whose state is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mpi_comm.c: the communicator under 1, 2, 3 and 4 real MPI ranks. Every
  * collective and dtype against values computed by hand, async handles,
  * bitwise identical results across ranks, the errors, the timeout message. */

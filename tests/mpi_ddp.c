@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mpi_ddp.c: the DDP engine and optimizers under 1, 2 and 4 real MPI ranks.
  * The equivalence test trains a linear model (several weight blocks, so
  * several buckets) with N ranks on per-rank batch B and, on every rank, a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mpi_sampler.c: the sampler and the loader under real MPI ranks. Each rank
  * draws its own shard; ddpc_allgather brings all shards to every rank, which
  * checks that they are disjoint (padding aside) and cover the dataset, that

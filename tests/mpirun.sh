@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # mpirun.sh FILE.mpi: the LOG_COMPILER of multi-rank tests. FILE.mpi sets
 # PROGRAM (relative to the build dir), NP (rank counts, default "1 2 4") and
 # optionally ARGS; the program runs under the configured launcher once per

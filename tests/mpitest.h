@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mpitest.h: a Check runner for multi-rank tests. One ddpc runtime for the
  * whole program (Check runs without fork: CK_FORK=no), assertions that name
  * the rank, and an exit status that is non-zero on every rank when any rank

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* no_dlclose.c: preloaded by tests/sanitize.sh. MPI, UCX, PMIx and hwloc load
  * plugins with dlopen and unload them at exit; LeakSanitizer then reports
  * what they allocated as leaks of "<unknown module>", which no suppression

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* quiet_assert.h: assertions for loops over many elements. Check marks every
  * passing ck_assert with a write to its pipe (_mark_point), so a loop of 10^6
  * assertions spends seconds in write(); these fail the same way (message,

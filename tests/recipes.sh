@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # recipes.sh: the Spack recipe (contrib/spack/package.py) and the EasyBuild
 # easyconfig (contrib/easybuild/*.eb) parse as Python, have what a site
 # relies on, and pass only configure options and variables that

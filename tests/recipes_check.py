@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """recipes_check.py: check the package recipes in contrib/ without Spack or
 EasyBuild, which do not run here: parse each with Python's ast (an easyconfig
 is Python syntax too), check the parts a site relies on, and check that every

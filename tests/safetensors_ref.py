@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """safetensors_ref.py: an independent reader of the safetensors format, written
 from its description (not from ddpc-ckpt's code), that checks a file written by
 `ddpc-ckpt export` against the checkpoint it came from, read with h5py.

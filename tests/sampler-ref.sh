@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # sampler-ref.sh: the C sampler against the independent Python implementation
 # of doc/sampler.md (tests/sampler_ref.py) over ~7000 cases: generator,
 # permutation, padding, drop_last, batches, resume at several positions.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sampler_dump.c: reads case lines "N W B shuffle drop_last seed epoch
  * consumed" on stdin and prints every rank's batches for that pass in the
  * format of tests/sampler_ref.py expect, for tests/sampler-ref.sh to diff. */

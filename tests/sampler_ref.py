@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """sampler_ref.py: an independent implementation of the sampler algorithm as
 doc/sampler.md states it (generator, permutation, sharding, resume), used to
 pin the C library's output (tests/sampler-ref.sh) and to compute the golden

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # sanitize.sh: in a build configured with --enable-sanitizers (CI's fourth
 # build): the unit suites and the multi-rank suites under AddressSanitizer +
 # UndefinedBehaviorSanitizer (any report fails: -fno-sanitize-recover), with

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # slurm-faults.sh: faults of the launch and the network on the Slurm testbed
 # (tests/slurm/testbed.sh: two slurmd as nodes n1 and n2, each in its own
 # network namespace behind a veth on a private bridge), with the trainer on

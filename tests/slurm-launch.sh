@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # slurm-launch.sh: launches on a real Slurm cluster started on this machine
 # (tests/slurm/testbed.sh: munged, slurmctld, two slurmd as nodes n1 and n2).
 #  - srun -N2 -n4 --mpi=pmix ddpc-info: source=pmix, nodes 0 and 1, local ranks 0,1 on each

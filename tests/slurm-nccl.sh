@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # slurm-nccl.sh: DDPC_BACKEND=nccl srun -N2 -n4 --mpi=pmix on the Slurm
 # testbed (tests/slurm/testbed.sh) with this build's MPI. With MPICH, which
 # has no PMIx client, MPI is a singleton in each rank: the nccl backend

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* testutil.h: small helpers the multi-rank test scaffolds share (mpitest.h
  * for the Check suites, gputest.h for the GPU tests): a hash to compare
  * buffers across ranks, and the removal of a test's scratch directory. */

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # trainer-errors.sh: errors of the trainer's files, each said once and clearly:
 #  - --data given a regular file or a missing path: one message, no stray errno text
 #  - an uncompressed data file that exists but cannot be read: its own error, not the .gz's

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # trainer-gpu.sh: the trainer with --device cuda on NP ranks (default 2)
 # against the CPU trainer, on a GPU or under the device emulation (configure
 # --with-cuda=emulate; its runs say "(emulated)" in the device line):

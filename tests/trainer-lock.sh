@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # trainer-lock.sh: one checkpoint directory, two jobs; the stop marker.
 # - a second trainer started on the directory of a running one is refused at
 #   once (exit 1, one message naming the first one's host and pid), writes

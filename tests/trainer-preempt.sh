@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # trainer-preempt.sh: preemption on the Slurm testbed, the way a cluster does
 # it. slurm/train-preemptible.sbatch runs the trainer on 2 nodes; in the
 # middle of epoch 1 (of 2) its batch shell gets SIGUSR1 (what --signal=B:USR1@90

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # trainer-resume.sh: a resume with other hyper-parameters than the checkpoint's.
 #  - --lr: this run's rate is the one trained with (the banner, the metrics'
 #    "lr" and the result agree), with a warning naming both values;

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # trainer-sigint.sh: Ctrl-C, the way a terminal sends it: SIGINT to the whole
 # process group of `mpiexec -n 2 trainer` (the launcher and every rank), in
 # the middle of a run, several times. Every rank must stop after the same

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # trainer-slurm.sh: the trainer on the Slurm testbed (tests/slurm/testbed.sh,
 # nodes n1 and n2):
 #  - srun -N2 -n4: one epoch of an MLP reaches test accuracy >= 0.80, every

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # trainer.sh: the trainer under mpiexec, outside Slurm:
 #  - bad command lines: exit 2 and one message (rank 0's) naming the option
 #  - a missing data directory, --device cuda without the CUDA model: exit 1, clear message

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # tsan.sh: in a build configured with --enable-sanitizers=thread (CI's fifth
 # build): the suites where ddpc runs threads, under ThreadSanitizer: the
 # communicator's progress thread and concurrent waits (comm.mpi, ddp.mpi), the

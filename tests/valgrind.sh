@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # valgrind.sh: in a plain build (not --enable-sanitizers; CI runs it in
 # build/ after make check): the single-process unit suites under valgrind's
 # memcheck, CK_FORK=no (check_core forks per test anyway: one MPI_Init per

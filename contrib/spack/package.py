@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Spack recipe for ddpc. Copy it into a Spack package repository as
 # repos/spack_repo/<namespace>/packages/ddpc/package.py (spack-packages layout)
 # and `spack install ddpc +cuda cuda_arch=90`. tests/recipes.sh parses it and

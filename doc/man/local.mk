@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # doc/man: the man pages (hand-written nroff, committed), installed under share/man, and their lint test.
 # Link pages (.so man3/<page>.3) let `man ddpc_allreduce` find the page that covers the call.
 dist_man_MANS = \

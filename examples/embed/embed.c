@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* embed.c: a complete training program built on ddpc, to copy and change.
  * A 2-layer MLP (8 -> 16 tanh -> 1) fits y = sin(x . v) on synthetic data,
  * data-parallel over the ranks: each rank takes its share of every batch,

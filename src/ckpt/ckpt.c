@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ckpt.c: the checkpoint handle: options, user attributes and tensors, the
  * list of tensors a checkpoint holds, and save/wait: rank 0 writes (now, or
  * from a snapshot in a background thread) and every rank gets rank 0's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ckpt_internal.h: what the checkpoint module's files share: the handle, the
  * list of tensors a checkpoint holds (items), the writer's job, and the HDF5
  * helpers of h5.c. Layout of the file: doc/checkpoint.md. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* h5.c: small HDF5 helpers for the checkpoint module: one lock around every
  * HDF5 session of ddpc (Debian's serial HDF5 is not thread-safe), the error
  * stack turned into one line instead of printed, typed scalar attributes,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* load.c: restart. Rank 0 picks the newest checkpoint that validates, checks
  * it against the registered model, and reads it in pieces straight into its
  * own arenas, broadcasting them in windows as it goes. Every rank runs the

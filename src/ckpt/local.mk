@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # src/ckpt: HDF5 checkpoints (rank 0 writes, load on rank 0 and broadcast).
 include_HEADERS += include/ddpc_ckpt.h
 libddpc_la_SOURCES += src/ckpt/ckpt_internal.h src/ckpt/ckpt.c src/ckpt/h5.c \

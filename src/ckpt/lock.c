@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* lock.c: one writer per checkpoint directory. Rank 0 holds a write lock
  * (fcntl, open file description) on <dir>/ddpc.lock from the first
  * ddpc_ckpt_prepare or save to ddpc_ckpt_destroy; the file says who holds it

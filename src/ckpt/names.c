@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* names.c: which directory entries are a save's temporary files, and which
  * of them can go. No dependencies: tests/check_ckpt_names compiles it in. */
 #include "config.h"

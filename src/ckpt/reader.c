@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* reader.c: the checks that stand between an untrusted checkpoint file and
  * HDF5, for the loader (load.c) and the ddpc-ckpt tool alike (reader.h):
  * no filter plugins, hard links only, data in this file only, reads in the

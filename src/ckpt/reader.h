@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* reader.h: the checkpoint module's reading side for untrusted files, shared
  * by the loader (load.c, rank 0) and the ddpc-ckpt tool (src/tools, which
  * compiles reader.c, h5.c and crc.c in: it does not link libddpc). What a

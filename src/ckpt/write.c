@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* write.c: rank 0's writer. One save = one HDF5 file written as
  * <dir>/ckpt-<step>.h5.tmp.<pid>.<host>, closed, fsynced, renamed to ckpt-<step>.h5, the
  * directory fsynced; then older files beyond `keep` are removed. A failure

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* comm.c: the communicator's front end. Validates every collective, hands
  * out sequence numbers, and passes the work to the backend (mpi.c: host
  * memory, or device memory staged through pinned buffers; nccl.c: device

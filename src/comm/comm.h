@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* comm.h: what the communicator layer (src/comm, doc/layers.md) offers the
  * layers above it beyond the public ddpc_comm.h: the world communicator's
  * lifecycle for ddpc_init, the side channel, host-memory control messages

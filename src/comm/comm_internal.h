@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* comm_internal.h: what the communicator's front end (comm.c) and its
  * backends share: the work handle, the backend table, the communicator.
  * Backends: mpi.c (host memory; device memory staged through pinned host

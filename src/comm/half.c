@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* half.c: float32 <-> bfloat16 / IEEE float16 conversions with round to
  * nearest even, NaN and infinity preserved. Used by the half-precision
  * reductions and by gradient compression. Scalar; the compiler vectorizes loops. */

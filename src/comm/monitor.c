@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* monitor.c: the side channel that names the rank at fault. A TCP star to
  * rank 0, set up at ddpc_init through the key exchange, independent of MPI
  * and NCCL (which may be what is stuck). Every rank's monitor thread sends a

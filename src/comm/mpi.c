@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mpi.c: the MPI backends of the communicator. Every collective, blocking or
  * not, is queued to one progress thread per communicator that issues it on a
  * private MPI communicator, so the order is the call order on every rank and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nccl.c: the NCCL backend of the communicator (device memory). One
  * non-blocking NCCL communicator (config.blocking = 0) per ddpc
  * communicator, its own stream, and a watchdog thread. A collective waits

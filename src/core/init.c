@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* init.c: the top layer of libddpc (doc/layers.md): ddpc_init, ddpc_finalize
  * and ddpc_abort, which orchestrate discovery (src/pmix), MPI, the world
  * communicator and the side channel (src/comm). Nothing below calls into it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* internal.h: what the engines of libddpc (src/ddp, src/ckpt, src/sampler)
  * share and users never see: the layers below them (doc/layers.md) in one
  * include: src/util (handle, errors, logging, options, clock), src/pmix

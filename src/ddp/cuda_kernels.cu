@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* cuda_kernels.cu: the engine's device code (cuda_kernels.h): the optimizer
  * step over device arenas, the twin of optim.c's ddpc_optim_step, and the
  * wire-compression copies, twins of half.c / reducer.c. Not a second

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* cuda_kernels.h: the engine's device code, callable from C (cuda_kernels.cu).
  * The optimizers' update rules over device arenas, twins of optim.c (same
  * order of operations, so the results match the CPU code to float rounding),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ddp.c: the DDP engine's registry. Parameters are registered by name and
  * shape, checked across ranks, laid out in one parameter arena and one
  * gradient arena, and cut into buckets. The reducer (reducer.c) and the

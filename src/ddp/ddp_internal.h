@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ddp_internal.h: the engine's struct, shared by the registry and plan
  * (ddp.c), the reducer (reducer.c) and the optimizers (optim.c). */
 #ifndef DDPC_DDP_INTERNAL_H

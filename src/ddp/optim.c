@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* optim.c: optimizers over the engine's flat arenas, with PyTorch's update
  * rules: SGD (momentum, dampening, Nesterov, L2 weight decay) and AdamW
  * (decoupled weight decay, bias correction), global-norm clipping, and

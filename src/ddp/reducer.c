@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* reducer.c: the reducer. grad_ready counts down each bucket; the next
  * bucket in index order whose gradients are all ready is all-reduced
  * asynchronously on the communicator's progress thread while backward goes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* discover.c: where this process stands in the job. Tries PMIx, then Slurm's
  * environment, then an MPI launcher's, then torchrun's, else a single
  * process; checks the answer against MPI_COMM_WORLD; exchanges small blobs

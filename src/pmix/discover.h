@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* discover.h: the second layer of libddpc (doc/layers.md): where this
  * process stands in the job, and the key exchange (ddpc_kvs_bcast,
  * ddpc_kvs_allgather, public in ddpc_core.h) through PMIx or MPI. Above

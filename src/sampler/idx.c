@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* idx.c: the idx reader (MNIST, Fashion-MNIST), raw or gzip through zlib's
  * gzread, which reads both. Validates everything the header claims; keeps
  * pixels as bytes and normalizes to float only when gathering a batch. */

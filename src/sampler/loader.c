@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* loader.c: batches of an idx dataset in the order of a sampler, with a
  * prefetch thread. Two slots: the loop reads the front slot while the thread
  * fills the back one (draws the sampler's next batch, gathers its rows); next

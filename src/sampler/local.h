@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* local.h: what the files of src/sampler share and users never see.
  * The data loader reuses the sampler's message prefix and the dataset's
  * unchecked row gather. */

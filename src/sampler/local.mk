@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # src/sampler: fragment of the top Makefile.am: the distributed sampler, the
 # idx reader and the prefetching loader (doc/sampler.md), and their tests.
 include_HEADERS += include/ddpc_sampler.h include/ddpc_data.h

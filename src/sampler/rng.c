@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* rng.c: the portable generator of the sampler: splitmix64 to seed,
  * xoshiro256** to draw, Lemire's unbiased bounded draw, Fisher-Yates.
  * Plain 64-bit integer arithmetic only, so every platform gets the same

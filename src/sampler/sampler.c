@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sampler.c: the distributed sampler. The epoch's permutation P of [0, N),
  * its tail from the resume point, padded or truncated to a multiple of the
  * world size W, dealt round-robin: rank r takes positions r, r+W, ...

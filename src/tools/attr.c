@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* attr.c: ddpc-ckpt reads attributes of any kind a file may hold (bounded:
  * MAX_ATTR_ELEMS values, MAX_ATTR_BYTES of strings), as values or as text. */
 #include "config.h"

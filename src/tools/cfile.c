@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* cfile.c: a checkpoint file as ddpc-ckpt sees it: every object listed (links
  * walked, never followed), every dataset checked against the limits, tensors
  * read in pieces. The link, storage and window checks are src/ckpt/reader.c's. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* check.c: ddpc-ckpt's validation of a checkpoint (doc/checkpoint.md): format,
  * objects, parameters against /model's names and the fingerprint, optimizer
  * states, then the CRCs. Used by ls and verify. */

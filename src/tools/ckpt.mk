@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # src/tools/ckpt.mk: ddpc-ckpt, the checkpoint inspection tool (installed), and its test.
 # Plain HDF5 + zlib: the checkpoint module's reader (src/ckpt/reader.c, with
 # h5.c's pieces and crc.c's CRC; none exported by the library) is compiled

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ckpt_tool.h: what the files of ddpc-ckpt share: exit codes, the limits a
  * file is held to, text output (out.c), attribute values (attr.c), a
  * checkpoint file's objects (cfile.c, over src/ckpt/reader.h), validation

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ddpc-info: check a launch. Initializes ddpc and prints one line per rank, in
  * rank order, from rank 0:
  *   rank=R size=N local_rank=L local_size=M node=K host=H source=S backend=B gpu=G

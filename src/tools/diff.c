@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* diff.c: `ddpc-ckpt diff A B`: tensor by tensor, then the attributes of the
  * groups (the root's "created" is not compared). */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* export.c: `ddpc-ckpt export FILE OUT`: the /model tensors as float32
  * safetensors, written via OUT.tmp, their CRCs checked on the way. */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ls.c: `ddpc-ckpt ls DIR`: one line per checkpoint file of DIR, newest step
  * first, each fully verified. */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* main.c: ddpc-ckpt, ddpc's checkpoint files (doc/checkpoint.md) from the command
  * line: ls, show, verify (the CRCs), diff, export (the parameters as safetensors).
  * Plain HDF5 + zlib, not an MPI program; every file is untrusted input (no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* out.c: ddpc-ckpt's text output: messages to stderr, growing strings, the
  * escaping of a file's bytes for printing, numbers and shapes as text. */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* show.c: `ddpc-ckpt show FILE`: the metadata, the groups' attributes, odd
  * objects and one line per tensor (CRCs are not checked). */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verify.c: `ddpc-ckpt verify FILE`: validate the file, CRCs included. */
 #include "config.h"
 #include "ckpt_tool.h"

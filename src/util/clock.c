@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* clock.c: the monotonic clock every timeout and heartbeat reads. Bottom layer. */
 #include "config.h"
 #include "util.h"

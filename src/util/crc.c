@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* crc.c: zlib's CRC-32 (the value of crc32() and Python's zlib.crc32), fast.
  * On x86 with PCLMULQDQ it folds 64 bytes per step with carry-less
  * multiplies (Intel, "Fast CRC Computation for Generic Polynomials Using

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* crc.h: zlib's CRC-32 (crc.c), for the checkpoints' per-dataset checksums
  * and the DDP engine's replica check. No dependencies: tests and ddpc-ckpt
  * compile crc.c in. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* env.c: DDPC_* options from the environment, parsed with a message that
  * names the variable and what was expected. Bottom layer. */
 #include "config.h"

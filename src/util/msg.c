@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* msg.c: status strings, the messages and errors every module records (with
  * the "ddpc[rank r/n host] module: " prefix), logging, and the handle's
  * plain accessors. Bottom layer: it calls nothing of libddpc above it. */

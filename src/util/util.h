@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* util.h: the bottom layer of libddpc (doc/layers.md): the runtime handle's
  * struct, status strings, messages and errors with the rank prefix, logging,
  * DDPC_* option parsing, the monotonic clock. Every module may use it; it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* version.c: what this libddpc is and what it was built and runs with
  * (ddpc_version, ddpc_build_info, ddpc_runtime_info; ddpc-info prints them).
  * Bottom layer: it asks MPI, CUDA and NCCL, nothing of libddpc. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* check_emu_lt.c: the emulated cuBLASLt (tests/emu/cublaslt.c) against a
  * naive triple loop in double: every epilogue the model uses, every
  * transpose, float32/bf16/fp16 operands, padded leading dimensions, beta 0

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* cublaslt.c: the cuBLASLt calls ddpc's CUDA model uses, emulated on the
  * host for tests (emu.h): handles, matmul descriptors, matrix layouts,
  * preferences, a heuristic that offers one algorithm, and cublasLtMatmul,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* cudart.c: the CUDA runtime calls ddpc uses, emulated on the host for
  * tests (emu.h). Device and pinned memory come from tracked allocations
  * filled with NaN bytes (0xff); each stream is a thread that runs its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* emu.h: the inside of libddpc-emu, the strict host emulation of the CUDA
  * runtime, NCCL and cuBLASLt that `configure --with-cuda=emulate` links
  * instead of libcudart, libnccl and libcublasLt (doc/gpu.md "Emulation").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* emu_internal.h: what the emulation's files share and nothing outside
  * them sees: a stream operation, and submission with flags (nccl.c). */
 #ifndef DDPC_EMU_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* halfconv.c: the emulation's float <-> bfloat16 / IEEE half conversions,
  * round to nearest even with subnormals, as the GPU's __float2bfloat16_rn
  * and __float2half_rn (NaN -> the canonical 0x7fff); by hand, not _Float16

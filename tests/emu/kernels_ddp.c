@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kernels_ddp.c: host twins of the engine's device code
  * (src/ddp/cuda_kernels.h) for the emulation (emu.h): the same launchers,
  * argument checks and stream semantics, each computing on its stream what

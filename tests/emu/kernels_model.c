@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* kernels_model.c: host twins of the CUDA model's kernels
  * (examples/model_cuda_kernels.h) for the emulation (emu.h): the same
  * launchers, argument checks and stream semantics, each computing on its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/emu: libddpc-emu, the strict host emulation of the CUDA runtime, NCCL
 # and cuBLASLt that `configure --with-cuda=emulate` links instead of the
 # libraries (emu.h; doc/gpu.md "Emulation"). Never installed: a shared

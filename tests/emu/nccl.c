@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nccl.c: the NCCL calls ddpc uses, emulated over MPI on the emulated
  * device memory (emu.h). A communicator is an MPI communicator split from
  * MPI_COMM_WORLD by the unique id (so every rank of the world must create

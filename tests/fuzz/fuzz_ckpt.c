@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* fuzz_ckpt.c: structure-aware libFuzzer target for the checkpoint loader
  * (src/ckpt/load.c). The input is not a file but a recipe: its bytes choose,
  * slot by slot, how a checkpoint written with the HDF5 API differs from the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* fuzz_idx.c: libFuzzer target for the idx reader (src/sampler/idx.c): the
  * input is split into an images file and a labels file (the first byte says
  * where: byte 0 * len / 256), both written to a private temporary directory;

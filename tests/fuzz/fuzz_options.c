@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* fuzz_options.c: libFuzzer target for the trainer's command line
  * (examples/options.c): the input is split at NUL bytes into argv[1..];
  * options_parse must accept it or refuse it with a message naming what was

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/fuzz: libFuzzer targets (configure --enable-fuzzing, clang): the idx reader, the
 # trainer's command line and the checkpoint loader (files built from a recipe);
 # `make fuzz` runs each for FUZZ_SECONDS from its seeds

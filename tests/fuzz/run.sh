@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # run.sh SRCDIR BUILDDIR: each libFuzzer target for FUZZ_SECONDS (default 60)
 # from its committed seeds (SRCDIR/seeds/<target>), corpus in a temporary
 # directory. A crash, a leak, a sanitizer report or a failed check (abort)

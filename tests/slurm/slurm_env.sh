@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # shellcheck shell=sh
 # Sourced (POSIX sh or bash) by test scripts that need the Slurm testbed:
 #   . "$top_srcdir/tests/slurm/slurm_env.sh"; testbed_up || exit $?   # 77 = SKIP

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # ddpc's single-host Slurm testbed: munged + slurmctld + 2 slurmd (nodes n1, n2),
 # all state in one directory, nothing written to /etc. For tests and by hand:
 #   tests/slurm/testbed.sh start|stop|status|env        (see README.md here)
