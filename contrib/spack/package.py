@@ -32,7 +32,7 @@ class Ddpc(AutotoolsPackage, CudaPackage):
     # releases, newest first: make dist's tarball (it has configure), its
     # sha256 written here by `make release` (scripts/release.sh); main builds
     # from git and needs the autotools
-    version("0.1.0", sha256="f554082270479dc98a11beee84e8372ce8fd49f04d33422fba178a6635a7a413")
+    version("0.1.0", sha256="c2faec2a6728dc111edb77e6f7a0bf34d59655a7e7ad6ef984a34227bfd09431")
     version("main", branch="main")
 
     variant(
