@@ -135,6 +135,13 @@ EOF
     echo "PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
 }
 
+drop_veth() {  # drop_veth NAME: delete the host end (and with it its peer); wait until gone
+    local k
+    ip link show "$1" >/dev/null 2>&1 || return 0
+    ip link del "$1" 2>/dev/null
+    for ((k = 0; k < 50; k++)); do ip link show "$1" >/dev/null 2>&1 || return 0; sleep 0.1; done
+    say "warning: $1 is still there after 5 s"
+}
 start_netns() {  # private bridge + one namespace per node; no route off the host
     local i=0 n ns
     ip link del "${NSP}br" 2>/dev/null
@@ -146,6 +153,10 @@ start_netns() {  # private bridge + one namespace per node; no route off the hos
     for n in $NODES; do
         i=$((i + 1)); ns=$NSP-$n
         ip netns del "$ns" 2>/dev/null
+        # a veth of an earlier testbed can outlive its namespace for a while
+        # (the kernel frees a deleted namespace's devices asynchronously, later
+        # still while a process keeps it): "RTNETLINK answers: File exists"
+        drop_veth "${NSP}h$i"
         if ! { ip netns add "$ns" && ip link add "${NSP}h$i" type veth peer name "${NSP}c$i" &&
                ip link set "${NSP}c$i" netns "$ns" && ip link set "${NSP}h$i" master "${NSP}br" up &&
                ip -n "$ns" link set lo up && ip -n "$ns" link set "${NSP}c$i" name eth0 &&
@@ -318,6 +329,10 @@ cmd_stop() {
         esac
     done
     # 4. network, then state
+    # the host ends first (deleting one deletes its peer at once; a deleted
+    # namespace's devices go later, asynchronously)
+    local i=0 n
+    for n in $NODES; do i=$((i + 1)); drop_veth "${NSP}h$i"; done
     for ns in $(ip netns list 2>/dev/null | awk -v p="^$NSP-" '$1 ~ p {print $1}'); do ip netns del "$ns"; done
     ip link show "${NSP}br" >/dev/null 2>&1 && ip link del "${NSP}br"
     if [ "${DDPC_TESTBED_KEEP:-0}" = 1 ]; then
