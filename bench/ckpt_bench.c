@@ -20,8 +20,8 @@
  * Last line: key=value ratios (save_vs_raw >= 0.8 and load_vs_raw <= 1.5 are
  * the targets; save_vs_raw is raw time / save time, i.e. relative throughput). */
 #include "ddpc.h"
+#include "../tests/testutil.h" /* remove_flat_dir */
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <stdio.h>
@@ -214,20 +214,6 @@ static const char *const meas_names[] = {"raw_write", "save", "raw_read", "load"
                                          "stall_async", "async_total", "h5_plain_write",
                                          "h5_plain_read", "h5_fletcher_write", "h5_fletcher_read"};
 
-/* the files the bench's checkpoint directories hold (checkpoints, ddpc.lock) */
-static void empty_dir(const char *d)
-{
-    DIR *dp = opendir(d);
-    char p[1024];
-    for (struct dirent *e; dp && (e = readdir(dp));)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(p, sizeof p, "%s/%s", d, e->d_name);
-            unlink(p);
-        }
-    if (dp)
-        closedir(dp);
-}
-
 int main(int argc, char **argv)
 {
     int reps = 5;
@@ -369,10 +355,8 @@ int main(int argc, char **argv)
                med[RAW_W] / med[SAVE], med[LOAD] / med[RAW_R], med[STALL_ASYNC] / med[STALL_SYNC],
                med[SAVE] / med[H5_W], med[FL_W] / med[H5_W], med[FL_R] / med[H5_R]);
         unlink(raw);
-        empty_dir(ckdir);
-        empty_dir(ckdir_async);
-        rmdir(ckdir);
-        rmdir(ckdir_async);
+        remove_flat_dir(ckdir); /* checkpoints and ddpc.lock */
+        remove_flat_dir(ckdir_async);
         rmdir(dir);
     }
     ddpc_optim_destroy(opt);
