@@ -17,7 +17,11 @@ tests_emu_libddpc_emu_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/src/ddp -I$(t
 tests_emu_libddpc_emu_la_CFLAGS = -Wall -Wextra -Wno-unused-parameter -ffp-contract=off
 tests_emu_libddpc_emu_la_LDFLAGS = -rpath '$(abs_builddir)/tests/emu/.libs' -avoid-version
 tests_emu_libddpc_emu_la_LIBADD = $(BLAS_LIBS) -lpthread -lm
+# CUDA_LIBS names the emulation, but automake leaves configure's
+# substitutions out of the dependencies it computes: say them, or a parallel
+# make links libddpc or the trainer's library before the emulation exists
 EXTRA_libddpc_la_DEPENDENCIES = tests/emu/libddpc-emu.la
+EXTRA_examples_libtrainer_la_DEPENDENCIES = tests/emu/libddpc-emu.la
 if HAVE_CHECK
 # the cuBLASLt emulation against a double-precision triple loop (every
 # epilogue, type pair, transpose), its refusals, and violations (exit 86)
