@@ -4,7 +4,9 @@
  * pinned host staging, behind the same calls; blocking and asynchronous with
  * work handles; the GPU each rank uses.
  * Every collective must be called by every rank of the communicator, in the
- * same order, with the same count, dtype, op and root. */
+ * same order, with the same count, dtype, op and root. Communicators over
+ * some ranks (groups, a 2-D grid) are split from a parent; point-to-point
+ * transfers go between two ranks of one communicator. */
 #ifndef DDPC_COMM_H
 #define DDPC_COMM_H
 
@@ -97,6 +99,51 @@ DDPC_API ddpc_status_t ddpc_comm_create(ddpc_t rt, const ddpc_comm_config_t *cfg
  * out, end the job with ddpc_abort instead: an MPI operation that a peer
  * never joined cannot be cancelled, and destroy would wait for it. */
 DDPC_API void ddpc_comm_destroy(ddpc_comm_t c);
+/* ------------------------------------------------------------------ groups */
+/* A communicator over some ranks of a parent (torch.distributed's new_group,
+ * MPI_Comm_split, ncclCommSplit). Collective over the parent: every rank of
+ * the parent calls it, in the same order as the parent's other calls. Ranks
+ * with the same color form one communicator, ordered by key, then by their
+ * rank in the parent; color DDPC_COLOR_NONE (MPI_UNDEFINED) joins none and
+ * gets *out = NULL with DDPC_OK. Colors are >= 0 otherwise. cfg (may be
+ * NULL: the parent's backend, device and stream) is this rank's; every rank
+ * of one new communicator must ask for the same backend. The parent's
+ * outstanding work is waited for first. Backends: mpi and mpi-staged split
+ * MPI_COMM_WORLD's group (MPI_Comm_create_group, collective over the new
+ * group only); nccl splits the parent's NCCL communicator with ncclCommSplit
+ * where the parent is nccl and the NCCL at run time has it (>= 2.18;
+ * DDPC_NCCL_SPLIT=0 turns it off), else makes a new NCCL communicator whose
+ * unique id travels through the parent. Every rank gets the same status: a
+ * bad color, or backends that differ within a group, is DDPC_ERR_INVALID on
+ * every rank naming the ranks; a rank that never calls it is a timeout
+ * naming it. */
+#define DDPC_COLOR_NONE (-1)
+DDPC_API ddpc_status_t ddpc_comm_split(ddpc_comm_t parent, int color, int key,
+                                       const ddpc_comm_config_t *cfg, ddpc_comm_t *out);
+/* torch's new_group(ranks): a communicator over ranks[0..n) of the parent,
+ * in that order (rank i of the new one is parent rank ranks[i]). Collective
+ * over the parent, with the same list on every rank (checked: a rank whose
+ * list differs fails every rank); ranks not listed get *out = NULL and
+ * DDPC_OK. The list must hold distinct ranks of the parent. */
+DDPC_API ddpc_status_t ddpc_comm_group(ddpc_comm_t parent, const int *ranks, int n,
+                                       const ddpc_comm_config_t *cfg, ddpc_comm_t *out);
+/* A 2-D grid of the parent's ranks, nrows x ncols = the parent's size,
+ * row-major: parent rank p sits in row p / ncols, column p % ncols. *row is
+ * the communicator of p's row (ncols ranks, rank = column), *col that of
+ * its column (nrows ranks, rank = row). For data parallel over pipelines of
+ * S stages (ranks r*S .. r*S+S-1 form replica r's pipeline): nrows = the
+ * replicas, ncols = S; *row is the pipeline (point-to-point between
+ * stages), *col the stage's replicas (the DDP engine's all-reduces).
+ * Collective over the parent; a factorization that does not give the
+ * parent's size is DDPC_ERR_INVALID on every rank. Either out may be NULL
+ * (that split is still made and destroyed: every rank must pass the same). */
+DDPC_API ddpc_status_t ddpc_comm_grid(ddpc_comm_t parent, int nrows, int ncols,
+                                      const ddpc_comm_config_t *cfg, ddpc_comm_t *row,
+                                      ddpc_comm_t *col);
+/* The rank in ddpc_comm_world (the job) of rank r of c; -1 when r is not a
+ * rank of c. Not collective. */
+DDPC_API int ddpc_comm_world_rank(ddpc_comm_t c, int r);
+
 /* Device communicators: the stream later collectives follow (see below). */
 DDPC_API ddpc_status_t ddpc_comm_set_stream(ddpc_comm_t c, void *stream);
 DDPC_API void *ddpc_comm_stream(ddpc_comm_t c);
@@ -137,6 +184,58 @@ DDPC_API ddpc_status_t ddpc_allgather(ddpc_comm_t c, const void *send, void *rec
 DDPC_API ddpc_status_t ddpc_reduce_scatter(ddpc_comm_t c, const void *send, void *recv,
                                            size_t count, ddpc_dtype_t dt, ddpc_redop_t op);
 DDPC_API ddpc_status_t ddpc_barrier(ddpc_comm_t c);
+/* Rank r's count elements of send go to block r of every rank's recv
+ * (size * count elements each side; MPI_Alltoall); send != recv. */
+DDPC_API ddpc_status_t ddpc_alltoall(ddpc_comm_t c, const void *send, void *recv, size_t count,
+                                     ddpc_dtype_t dt);
+/* Every rank's count elements to root, rank r's at r * count of root's recv
+ * (size * count elements; other ranks' recv is not touched and may be NULL). */
+DDPC_API ddpc_status_t ddpc_gather(ddpc_comm_t c, const void *send, void *recv, size_t count,
+                                   ddpc_dtype_t dt, int root);
+/* Block r of root's send (size * count elements; others' may be NULL) to
+ * rank r's recv (count elements). */
+DDPC_API ddpc_status_t ddpc_scatter(ddpc_comm_t c, const void *send, void *recv, size_t count,
+                                    ddpc_dtype_t dt, int root);
+/* The reduction of every rank's send into root's recv (others' recv is not
+ * touched and may be NULL); send == recv in place on every rank. */
+DDPC_API ddpc_status_t ddpc_reduce(ddpc_comm_t c, const void *send, void *recv, size_t count,
+                                   ddpc_dtype_t dt, ddpc_redop_t op, int root);
+
+/* ------------------------------------------------------------------ point-to-point */
+/* count elements to or from rank peer of c (host memory on mpi, the
+ * communicator's device memory on mpi-staged and nccl). A send is matched
+ * by the peer's receive of the same count and dtype, in issue order per
+ * pair of ranks. Transfers run in issue order with c's collectives (as on
+ * NCCL's stream): a blocking send or receive returns when the transfer
+ * completed (stream-ordered on nccl, as collectives are). A send without its
+ * receive times out after DDPC_TIMEOUT with a message naming both ranks.
+ * Two ranks that each send to the other first deadlock as with MPI_Ssend
+ * and NCCL: issue such pairs together with ddpc_p2p_batch. peer == the
+ * caller's rank is refused. The work handles are those of collectives. */
+DDPC_API ddpc_status_t ddpc_send(ddpc_comm_t c, const void *buf, size_t count, ddpc_dtype_t dt,
+                                 int peer);
+DDPC_API ddpc_status_t ddpc_recv(ddpc_comm_t c, void *buf, size_t count, ddpc_dtype_t dt,
+                                 int peer);
+DDPC_API ddpc_status_t ddpc_isend(ddpc_comm_t c, const void *buf, size_t count, ddpc_dtype_t dt,
+                                  int peer, ddpc_work_t *work);
+DDPC_API ddpc_status_t ddpc_irecv(ddpc_comm_t c, void *buf, size_t count, ddpc_dtype_t dt,
+                                  int peer, ddpc_work_t *work);
+/* One transfer of a batch (torch's P2POp). */
+typedef struct {
+    int is_send;        /* 1: send buf to peer; 0: receive into buf from peer */
+    int peer;
+    void *buf;
+    size_t count;
+    ddpc_dtype_t dt;
+} ddpc_p2p_op_t;
+/* Transfers issued together, in one work handle (torch's batch_isend_irecv;
+ * one ncclGroupStart/End on nccl; MPI_Isend/Irecv and a wait for all on
+ * mpi), so that a rank may send to and receive from its neighbours at once
+ * without deadlock. At most DDPC_P2P_BATCH_MAX transfers; work may be NULL
+ * (then the call blocks as ddpc_send does). */
+#define DDPC_P2P_BATCH_MAX 16
+DDPC_API ddpc_status_t ddpc_p2p_batch(ddpc_comm_t c, const ddpc_p2p_op_t *ops, int n,
+                                      ddpc_work_t *work);
 
 /* Work handles. test sets *done (1 when finished, successfully or not) and
  * returns the operation's status once done. wait blocks up to timeout_s

@@ -21,7 +21,8 @@
 #define MOD "comm"
 
 const char *const comm_op_names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
-                                     "barrier", "watch"};
+                                     "barrier",   "watch",     "alltoall",  "gather",
+                                     "scatter",   "reduce",    "p2p"};
 
 /* ------------------------------------------------------------------ dtypes */
 
@@ -44,8 +45,40 @@ const char *ddpc_backend_name(ddpc_backend_t b)
     return (unsigned)b < sizeof nm / sizeof *nm ? nm[b] : "invalid";
 }
 
+/* "rank 2 (world rank 5)", or "rank 2" when the two agree */
+static void name_rank(const struct ddpc_comm *c, int r, char *s, size_t n)
+{
+    int wr = ddpc_comm_world_rank((ddpc_comm_t)c, r);
+    if (wr == r)
+        snprintf(s, n, "rank %d", r);
+    else
+        snprintf(s, n, "rank %d (world rank %d)", r, wr);
+}
+
 void comm_describe(const struct ddpc_work *w, char *s, size_t n)
 {
+    if (w->kind == OP_P2P) {
+        /* "send #4 (1024 x float32) from rank 1 to rank 2", or a batch's
+           transfers one after the other */
+        size_t k = 0;
+        if (w->np > 1)
+            k += (size_t)snprintf(s, n, "batch #%llu of %d transfers: ",
+                                  (unsigned long long)w->seq, w->np);
+        for (int i = 0; i < w->np && k < n; i++) {
+            const ddpc_p2p_op_t *o = &w->p2p[i];
+            char me[48], peer[48];
+            name_rank(w->comm, w->comm->rank, me, sizeof me);
+            name_rank(w->comm, o->peer, peer, sizeof peer);
+            char num[32] = "";
+            if (w->np == 1)
+                snprintf(num, sizeof num, " #%llu", (unsigned long long)w->seq);
+            k += (size_t)snprintf(s + k, n - k, "%s%s%s (%zu x %s) %s %s %s %s", i ? "; " : "",
+                                  o->is_send ? "send" : "receive", num, o->count,
+                                  ddpc_dtype_name(o->dt), o->is_send ? "from" : "by", me,
+                                  o->is_send ? "to" : "from", peer);
+        }
+        return;
+    }
     if (w->kind == OP_WATCH) {
         snprintf(s, n, "%s (issued after collective #%llu)", w->label,
                  (unsigned long long)w->seq - 1);
@@ -330,7 +363,7 @@ ddpc_status_t ddpc_device_select(ddpc_t rt, int *device)
 
 /* ------------------------------------------------------------------ lifecycle */
 
-static struct ddpc_comm *comm_alloc(ddpc_t rt, int device, void *stream)
+struct ddpc_comm *comm_alloc(ddpc_t rt, int device, void *stream)
 {
     struct ddpc_comm *c = calloc(1, sizeof *c);
     if (!c)
@@ -471,7 +504,7 @@ void ddpc_flight_dump(ddpc_t rt, const char *why, char *where, size_t n)
 
 /* A communicator made on every rank gets the next id, the same everywhere,
  * under which the side channel reports its progress. */
-static void comm_register(struct ddpc_comm *c)
+void comm_register(struct ddpc_comm *c)
 {
     ddpc_t rt = c->rt;
     c->id = rt->ncomms < MON_MAX_COMMS ? rt->ncomms : -1;
@@ -482,7 +515,7 @@ static void comm_register(struct ddpc_comm *c)
         __atomic_store_n(&rt->comms[c->id], c, __ATOMIC_RELEASE);
 }
 
-static void comm_free(struct ddpc_comm *c)
+void comm_free(struct ddpc_comm *c)
 {
     ddpc_monitor_forget(c);
     if (c->ops)
@@ -490,6 +523,11 @@ static void comm_free(struct ddpc_comm *c)
     if (c->abandoned)
         return; /* a thread stuck in a collective still holds it */
     free(c->fr);
+    free(c->members);
+#ifdef DDPC_HAVE_CUDA
+    if (c->ctrl)
+        cudaFree(c->ctrl);
+#endif
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -525,30 +563,25 @@ void ddpc_comm_destroy(ddpc_comm_t c)
         ddpc_comm_destroy_internal(c);
 }
 
-ddpc_status_t ddpc_comm_create(ddpc_t rt, const ddpc_comm_config_t *cfg, ddpc_comm_t *out)
+ddpc_status_t comm_resolve(ddpc_t rt, const ddpc_comm_config_t *k, ddpc_backend_t *backend)
 {
-    static const ddpc_comm_config_t defaults = DDPC_COMM_CONFIG_INIT;
-    if (!rt || !out)
-        return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "ddpc_comm_create: NULL runtime or out");
-    *out = NULL;
-    const ddpc_comm_config_t k = cfg ? *cfg : defaults;
     /* DDPC_BACKEND (already in the runtime's config) wins over the
      * communicator's config, which wins over the runtime's default */
     const char *env = getenv("DDPC_BACKEND");
     int env_set = env && *env && strcmp(env, "auto") != 0;
-    ddpc_backend_t be = env_set || k.backend == DDPC_BACKEND_AUTO ? rt->cfg.backend : k.backend;
+    ddpc_backend_t be = env_set || k->backend == DDPC_BACKEND_AUTO ? rt->cfg.backend : k->backend;
     if (be == DDPC_BACKEND_MPI_STAGED)
         be = DDPC_BACKEND_MPI;
-    if (k.device < DDPC_DEVICE_AUTO)
+    if (k->device < DDPC_DEVICE_AUTO)
         return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "device %d: expected DDPC_DEVICE_HOST (-1), "
-                        "DDPC_DEVICE_AUTO (-2) or a CUDA device number", k.device);
-    if (k.device == DDPC_DEVICE_HOST && be == DDPC_BACKEND_NCCL)
+                        "DDPC_DEVICE_AUTO (-2) or a CUDA device number", k->device);
+    if (k->device == DDPC_DEVICE_HOST && be == DDPC_BACKEND_NCCL)
         return ddpc_err(rt, DDPC_ERR_INVALID, MOD,
                         "backend nccl needs device memory: set device (DDPC_DEVICE_AUTO) or use "
                         "backend mpi for host memory");
     if (be == DDPC_BACKEND_AUTO) {
 #ifdef DDPC_HAVE_NCCL
-        be = k.device == DDPC_DEVICE_HOST ? DDPC_BACKEND_MPI : DDPC_BACKEND_NCCL;
+        be = k->device == DDPC_DEVICE_HOST ? DDPC_BACKEND_MPI : DDPC_BACKEND_NCCL;
 #else
         be = DDPC_BACKEND_MPI;
 #endif
@@ -558,11 +591,51 @@ ddpc_status_t ddpc_comm_create(ddpc_t rt, const ddpc_comm_config_t *cfg, ddpc_co
         return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD,
                         "backend nccl: this ddpc was built without NCCL (configure --with-nccl)");
 #endif
+    if (be == DDPC_BACKEND_MPI && k->device != DDPC_DEVICE_HOST)
+        be = DDPC_BACKEND_MPI_STAGED;
+    *backend = be;
+    return DDPC_OK;
+}
+
+ddpc_status_t comm_ctrl_alloc(struct ddpc_comm *c)
+{
+    if (c->device == DDPC_DEVICE_HOST)
+        return DDPC_OK;
+#ifdef DDPC_HAVE_CUDA
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&c->ctrl, CTRL_BYTES);
+    if (e != cudaSuccess)
+        return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "GPU %d: cannot allocate %zu KiB for control "
+                        "messages: %s", c->device, CTRL_BYTES >> 10, cudaGetErrorString(e));
+#endif
+    return DDPC_OK;
+}
+
+void comm_announce(struct ddpc_comm *c)
+{
+    char where[32] = "the host";
+    if (c->device != DDPC_DEVICE_HOST)
+        snprintf(where, sizeof where, "GPU %d", c->device);
+    ddpc_log(c->rt, DDPC_LOG_INFO, "comm: backend %s on %s, %d rank(s)",
+             ddpc_backend_name(c->backend), where, c->size);
+}
+
+ddpc_status_t ddpc_comm_create(ddpc_t rt, const ddpc_comm_config_t *cfg, ddpc_comm_t *out)
+{
+    static const ddpc_comm_config_t defaults = DDPC_COMM_CONFIG_INIT;
+    if (!rt || !out)
+        return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "ddpc_comm_create: NULL runtime or out");
+    *out = NULL;
+    const ddpc_comm_config_t k = cfg ? *cfg : defaults;
+    ddpc_backend_t be;
+    ddpc_status_t st = comm_resolve(rt, &k, &be);
+    if (st)
+        return st;
     struct ddpc_comm *c = comm_alloc(rt, k.device, k.stream);
     if (!c)
         return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate a communicator");
-    ddpc_status_t st = DDPC_OK;
-    if (be == DDPC_BACKEND_MPI) {
+    if (be != DDPC_BACKEND_NCCL) {
         if (c->device == DDPC_DEVICE_AUTO && (st = ddpc_device_select(rt, &c->device)) != DDPC_OK) {
             comm_free(c);
             return st;
@@ -575,14 +648,13 @@ ddpc_status_t ddpc_comm_create(ddpc_t rt, const ddpc_comm_config_t *cfg, ddpc_co
         st = comm_nccl_create(c);
 #endif
     }
+    if (st == DDPC_OK)
+        st = comm_ctrl_alloc(c);
     if (st) {
         comm_free(c);
         return st;
     }
-    char where[32] = "the host";
-    if (c->device != DDPC_DEVICE_HOST)
-        snprintf(where, sizeof where, "GPU %d", c->device);
-    ddpc_log(rt, DDPC_LOG_INFO, "comm: backend %s on %s", ddpc_backend_name(c->backend), where);
+    comm_announce(c);
     comm_register(c);
     *out = c;
     return DDPC_OK;
@@ -669,17 +741,29 @@ static ddpc_status_t submit(ddpc_comm_t c, op_kind_t kind, const void *send, voi
         if (ddpc_dtype_size(dt) == 0)
             return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "%s: invalid dtype %d", comm_op_names[kind],
                             (int)dt);
-        if (count && (!recv || (kind != OP_BCAST && !send)))
-            return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "%s: NULL buffer for %zu elements",
-                            comm_op_names[kind], count);
+        /* which buffers this rank needs: a rooted operation's other side
+           only at the root */
+        const int rooted = kind == OP_GATHER || kind == OP_SCATTER || kind == OP_REDUCE;
+        const int at_root = c->rank == root;
+        int need_send = kind != OP_BCAST && (kind != OP_SCATTER || at_root);
+        int need_recv = kind == OP_SCATTER || !rooted || at_root;
+        if (count && ((need_recv && !recv) || (need_send && !send)))
+            return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "%s: NULL %s buffer for %zu elements",
+                            comm_op_names[kind], need_recv && !recv ? "receive" : "send", count);
+        if (kind == OP_ALLTOALL && count && send == recv)
+            return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "alltoall: send and receive buffers are "
+                            "the same (not in place)");
     }
-    if ((kind == OP_ALLREDUCE || kind == OP_REDUCE_SCATTER) && !op_supported(dt, op))
+    if ((kind == OP_ALLREDUCE || kind == OP_REDUCE_SCATTER || kind == OP_REDUCE) &&
+        !op_supported(dt, op))
         return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD, "%s: reduction %d is not supported for %s",
                         comm_op_names[kind], (int)op, ddpc_dtype_name(dt));
-    if (kind == OP_BCAST && (root < 0 || root >= c->size))
-        return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "broadcast: root %d is not a rank of 0..%d",
-                        root, c->size - 1);
-    if ((kind == OP_ALLGATHER || kind == OP_REDUCE_SCATTER) && count > (size_t)INT32_MAX)
+    if ((kind == OP_BCAST || kind == OP_GATHER || kind == OP_SCATTER || kind == OP_REDUCE) &&
+        (root < 0 || root >= c->size))
+        return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "%s: root %d is not a rank of 0..%d",
+                        comm_op_names[kind], root, c->size - 1);
+    if ((kind == OP_ALLGATHER || kind == OP_REDUCE_SCATTER || kind == OP_ALLTOALL ||
+         kind == OP_GATHER || kind == OP_SCATTER) && count > (size_t)INT32_MAX)
         return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD, "%s: count %zu exceeds 2^31-1",
                         comm_op_names[kind], count);
     /* DDPC_DEBUG=detail: every rank calls the same (one thread issues on c) */
@@ -795,19 +879,117 @@ ddpc_status_t ddpc_reduce_scatter(ddpc_comm_t c, const void *send, void *recv, s
     return run_blocking(c, OP_REDUCE_SCATTER, send, recv, count, dt, op, 0);
 }
 
-ddpc_status_t ddpc_comm_host_bcast(struct ddpc_comm *c, void *buf, size_t bytes, int root)
+ddpc_status_t ddpc_alltoall(ddpc_comm_t c, const void *send, void *recv, size_t count,
+                            ddpc_dtype_t dt)
 {
-    if (c->device == DDPC_DEVICE_HOST)
-        return ddpc_broadcast(c, buf, bytes, DDPC_U8, root);
-    return ddpc_kvs_bcast(c->rt, buf, bytes, root);
+    return run_blocking(c, OP_ALLTOALL, send, recv, count, dt, DDPC_SUM, 0);
 }
 
-ddpc_status_t ddpc_comm_host_allgather(struct ddpc_comm *c, const void *mine, void *all,
-                                       size_t bytes)
+ddpc_status_t ddpc_gather(ddpc_comm_t c, const void *send, void *recv, size_t count,
+                          ddpc_dtype_t dt, int root)
 {
-    if (c->device == DDPC_DEVICE_HOST)
-        return ddpc_allgather(c, mine, all, bytes, DDPC_U8);
-    return ddpc_kvs_allgather(c->rt, mine, all, bytes);
+    return run_blocking(c, OP_GATHER, send, recv, count, dt, DDPC_SUM, root);
+}
+
+ddpc_status_t ddpc_scatter(ddpc_comm_t c, const void *send, void *recv, size_t count,
+                           ddpc_dtype_t dt, int root)
+{
+    return run_blocking(c, OP_SCATTER, send, recv, count, dt, DDPC_SUM, root);
+}
+
+ddpc_status_t ddpc_reduce(ddpc_comm_t c, const void *send, void *recv, size_t count,
+                          ddpc_dtype_t dt, ddpc_redop_t op, int root)
+{
+    return run_blocking(c, OP_REDUCE, send, recv, count, dt, op, root);
+}
+
+/* ------------------------------------------------------------------ point-to-point */
+
+ddpc_status_t ddpc_p2p_batch(ddpc_comm_t c, const ddpc_p2p_op_t *ops, int n, ddpc_work_t *out)
+{
+    if (out)
+        *out = NULL;
+    if (!c)
+        return DDPC_ERR_INVALID;
+    ddpc_t rt = c->rt;
+    if (n < 1 || n > DDPC_P2P_BATCH_MAX || !ops)
+        return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "p2p: %d transfers in a batch: expected "
+                        "1..%d", n, DDPC_P2P_BATCH_MAX);
+    for (int i = 0; i < n; i++) {
+        const ddpc_p2p_op_t *o = &ops[i];
+        const char *what = o->is_send ? "send" : "receive";
+        if (o->peer < 0 || o->peer >= c->size || o->peer == c->rank)
+            return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "%s: peer %d is not another rank of this "
+                            "communicator (rank %d of 0..%d)", what, o->peer, c->rank,
+                            c->size - 1);
+        if (ddpc_dtype_size(o->dt) == 0)
+            return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "%s: invalid dtype %d", what, (int)o->dt);
+        if (o->count && !o->buf)
+            return ddpc_err(rt, DDPC_ERR_INVALID, MOD, "%s: NULL buffer for %zu elements", what,
+                            o->count);
+        if (o->count > (size_t)INT32_MAX)
+            return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD, "%s: count %zu exceeds 2^31-1", what,
+                            o->count);
+    }
+    struct ddpc_work *w = calloc(1, sizeof *w);
+    if (!w)
+        return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate a work handle");
+    w->comm = c;
+    w->kind = OP_P2P;
+    w->np = n;
+    memcpy(w->p2p, ops, (size_t)n * sizeof *ops);
+    w->t_enqueue = ddpc_now();
+    w->deadline = w->t_enqueue + rt->cfg.timeout_s;
+    pthread_mutex_lock(&c->mu);
+    w->seq = c->p2p_seq; /* its own count: transfers are not collectives */
+    ddpc_status_t st = c->ops->submit(c, w);
+    if (st == DDPC_OK)
+        c->p2p_seq++;
+    pthread_mutex_unlock(&c->mu);
+    if (st) {
+        free(w);
+        return st;
+    }
+    if (out) {
+        *out = w;
+        return DDPC_OK;
+    }
+    return ddpc_work_wait(w, -1);
+}
+
+static ddpc_status_t p2p_one(ddpc_comm_t c, int is_send, const void *buf, size_t count,
+                             ddpc_dtype_t dt, int peer, ddpc_work_t *work)
+{
+    ddpc_p2p_op_t o = {is_send, peer, (void *)buf, count, dt};
+    if (work)
+        return ddpc_p2p_batch(c, &o, 1, work);
+    return ddpc_p2p_batch(c, &o, 1, NULL);
+}
+
+ddpc_status_t ddpc_send(ddpc_comm_t c, const void *buf, size_t count, ddpc_dtype_t dt, int peer)
+{
+    return p2p_one(c, 1, buf, count, dt, peer, NULL);
+}
+
+ddpc_status_t ddpc_recv(ddpc_comm_t c, void *buf, size_t count, ddpc_dtype_t dt, int peer)
+{
+    return p2p_one(c, 0, buf, count, dt, peer, NULL);
+}
+
+ddpc_status_t ddpc_isend(ddpc_comm_t c, const void *buf, size_t count, ddpc_dtype_t dt, int peer,
+                         ddpc_work_t *work)
+{
+    if (!work)
+        return DDPC_ERR_INVALID;
+    return p2p_one(c, 1, buf, count, dt, peer, work);
+}
+
+ddpc_status_t ddpc_irecv(ddpc_comm_t c, void *buf, size_t count, ddpc_dtype_t dt, int peer,
+                         ddpc_work_t *work)
+{
+    if (!work)
+        return DDPC_ERR_INVALID;
+    return p2p_one(c, 0, buf, count, dt, peer, work);
 }
 
 ddpc_status_t ddpc_barrier(ddpc_comm_t c)

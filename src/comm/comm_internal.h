@@ -13,8 +13,11 @@
 
 /* OP_WATCH is no collective: ddpc_comm_watch's deadline on the work queued on
  * the caller's stream (a CUDA graph replay), for the nccl watchdog. */
+/* OP_P2P is a batch of point-to-point transfers (w->p2p[0..np)): no
+ * collective sequence number (w->seq is the communicator's transfer count). */
 typedef enum {
-    OP_ALLREDUCE, OP_BCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER, OP_WATCH
+    OP_ALLREDUCE, OP_BCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER, OP_WATCH,
+    OP_ALLTOALL, OP_GATHER, OP_SCATTER, OP_REDUCE, OP_P2P
 } op_kind_t;
 
 /* Communicators the side channel reports on (ddpc_t.comms) */
@@ -42,6 +45,8 @@ struct ddpc_work {
     void *ev_done;   /* nccl: cudaEvent_t recorded on the communication stream */
     char err[DDPC_ERRMSG_LEN];
     char label[96];  /* OP_WATCH: what the caller said it is */
+    int np;          /* OP_P2P: transfers in p2p */
+    ddpc_p2p_op_t p2p[DDPC_P2P_BATCH_MAX];
 };
 
 struct ddpc_comm;
@@ -71,6 +76,11 @@ struct ddpc_comm {
     uint64_t seq;            /* next sequence number to hand out */
     uint64_t completed;      /* collectives completed, in order (atomic: the monitor reads) */
     int id;                  /* index in rt->comms, the same on every rank; -1: untracked */
+    int *members;            /* (size,) the world rank of each rank; NULL: rank r is world
+                                rank r (the world, and communicators made over all of it) */
+    uint64_t p2p_seq;        /* point-to-point batches issued (this rank's own count) */
+    void *ctrl;              /* device communicators: CTRL_BYTES of device memory for
+                                control messages (ddpc_comm_host_*), made with them */
     struct comm_flight *fr;  /* (fr_cap,) the last collectives, slot seq % fr_cap; NULL: off */
     size_t fr_cap;
     char fr_tag[32];         /* what the next collective is for (ddpc_comm_tag_next) */
@@ -87,15 +97,50 @@ struct ddpc_comm {
 /* Errors of a call go to the runtime's message (ddpc_last_error), as
  * ddpc_err(c->rt, st, "comm", ...). */
 
+/* comm.c, for group.c: a communicator's allocation (rank and size of the
+ * world until set), its id for the side channel, its release; the backend a
+ * config asks for (mpi, mpi-staged or nccl: DDPC_BACKEND applied); the
+ * device buffer of control messages (device communicators, made before
+ * their first collective); the log line of a new communicator. */
+struct ddpc_comm *comm_alloc(ddpc_t rt, int device, void *stream);
+void comm_register(struct ddpc_comm *c);
+void comm_free(struct ddpc_comm *c);
+ddpc_status_t comm_resolve(ddpc_t rt, const ddpc_comm_config_t *k, ddpc_backend_t *backend);
+ddpc_status_t comm_ctrl_alloc(struct ddpc_comm *c);
+void comm_announce(struct ddpc_comm *c);
+
 /* "allreduce #17 (1048576 x float32, root 0)" */
 void comm_describe(const struct ddpc_work *w, char *s, size_t n);
 
 /* Backends' constructors: fill c->ops and c->impl (c->rt, rank, size,
- * device, stream, mu set by the caller). Collective. */
+ * device, stream, mu set by the caller). Collective. comm_mpi_create: over
+ * the world, or (c->members set) over those world ranks only. */
 ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged);
 #ifdef DDPC_HAVE_NCCL
 ddpc_status_t comm_nccl_create(struct ddpc_comm *c);
+
+/* A split's NCCL side (nccl.c). What each rank of the parent says in the
+ * split's second exchange: its GPU check and, from the leader of each new
+ * communicator, a unique id. */
+typedef struct {
+    int32_t ok;           /* this rank has its GPU */
+    int32_t device;
+    char why[288];        /* if not */
+    char bus[32];         /* PCI bus id of its GPU */
+    char host[64];
+    unsigned char id[128]; /* ncclUniqueId, from the leader */
+} comm_nccl_boot_t;
+/* This rank's entry (device chosen, id made when leader). */
+void comm_nccl_boot_local(struct ddpc_comm *c, int leader, comm_nccl_boot_t *me);
+/* The verdict on the new communicator's entries (all[c->rank] is this
+ * rank's, in its ranks' order), then ncclCommInitRankConfig with the
+ * leader's id; or, with parent set, ncclCommSplit of the parent (every rank
+ * of the parent calls it, those without a group with c == NULL). */
+ddpc_status_t comm_nccl_create_from(struct ddpc_comm *c, const comm_nccl_boot_t *all);
+ddpc_status_t comm_nccl_split(struct ddpc_comm *parent, struct ddpc_comm *c, int color, int key);
+int comm_nccl_can_split(void);
 #endif
+#define CTRL_BYTES ((size_t)64 << 10)
 
 /* monitor.c. explain: after collective #seq of c timed out, what rank 0's
  * table says about the ranks that never entered it (into buf; -1 without a

@@ -767,8 +767,18 @@ int ddpc_monitor_explain(struct ddpc_comm *c, uint64_t seq, char *buf, size_t n)
         free(rows);
         return 0;
     }
+    /* the rows of c's ranks only (rows are by world rank) */
+    for (int r = 0; c->members && r < m->size; r++) {
+        int in = 0;
+        for (int i = 0; i < c->size && !in; i++)
+            in = c->members[i] == r;
+        if (!in)
+            rows[r].entered = rows[r].completed = UINT64_MAX, rows[r].state = ROW_ALIVE;
+    }
     int missing = 0, late = 0, quiet = 0;
     for (int r = 0; r < m->size; r++) {
+        if (rows[r].entered == UINT64_MAX)
+            continue;
         missing += rows[r].entered <= seq;
         late += rows[r].entered > seq && rows[r].completed <= seq;
         quiet += rows[r].entered > seq && rows[r].state != ROW_ALIVE;
@@ -788,7 +798,8 @@ int ddpc_monitor_explain(struct ddpc_comm *c, uint64_t seq, char *buf, size_t n)
                                   "running: ", k ? "; " : "", count, (unsigned long long)seq);
         for (int r = 0; r < m->size && k < n; r++) {
             const mon_row_t *w = &rows[r];
-            if (pass == 0 ? w->entered > seq : w->entered <= seq || w->state == ROW_ALIVE)
+            if (w->entered == UINT64_MAX ||
+                (pass == 0 ? w->entered > seq : w->entered <= seq || w->state == ROW_ALIVE))
                 continue;
             if (shown++ == show) {
                 k += (size_t)snprintf(buf + k, n - k, "; and %d more", count - show);
@@ -818,7 +829,9 @@ ddpc_status_t ddpc_monitor_check(struct ddpc_comm *c, uint64_t seq, int op, size
 {
     ddpc_t rt = c->rt;
     struct ddpc_monitor *m = rt->mon;
-    if (!m || !rt->check_collectives || c->id < 0 || c->id >= MON_MAX_COMMS)
+    /* rank 0 waits for every rank of the world: communicators over some
+       ranks are not checked (doc/debugging.md) */
+    if (!m || !rt->check_collectives || c->id < 0 || c->id >= MON_MAX_COMMS || c->members)
         return DDPC_OK;
     mon_msg_t x;
     msg_init(m, &x, M_CHECK);

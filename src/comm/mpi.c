@@ -26,6 +26,9 @@
 
 #define MOD "comm"
 
+/* MPI_Comm_create_group's tag: a rank makes one communicator at a time */
+#define GROUP_TAG 0x6464
+
 typedef struct {
     MPI_Comm mpi;
     pthread_t thread;
@@ -33,7 +36,9 @@ typedef struct {
     struct ddpc_work *head, *tail;
     int stop, thread_started;
     int abandon;        /* destroy gave up on a collective that never completed */
+    uint64_t queued;    /* operations submitted (collectives and transfers) */
     uint64_t completed; /* operations finished, in queue order */
+    uint64_t coll_done; /* collectives among them (the side channel's count) */
     int sync_waiters;   /* threads in ddpc_comm_synchronize */
     int waiters;        /* threads in a wait or synchronize: the caller is idle */
     int progress;       /* DDPC_PROGRESS: PROGRESS_AUTO, _SPIN or _BLOCKING */
@@ -113,13 +118,14 @@ static const char *const progress_names[] = {"auto", "spin", "blocking", NULL};
 #define NAP_MIN_NS 10000L  /* 10 us */
 #define NAP_MAX_NS 500000L /* 0.5 ms */
 
-static int poll_request(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *req)
+static int poll_requests(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *req, int nreq)
 {
     long nap = 0;
     const double spin_until = ddpc_now() + SPIN_FIRST_S;
     for (;;) {
         int flag = 0;
-        int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        MPI_Status sts[DDPC_P2P_BATCH_MAX]; /* not MPI_STATUSES_IGNORE: gcc 12 warns on it */
+        int rc = MPI_Testall(nreq, req, &flag, sts);
         if (rc != MPI_SUCCESS || flag)
             return rc;
         if (__atomic_load_n(&m->abandon, __ATOMIC_ACQUIRE))
@@ -154,10 +160,44 @@ static int poll_request(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *req)
 
 static int mpi_finish(struct ddpc_comm *c, mpi_impl_t *m, int rc, MPI_Request *req)
 {
-    return rc == MPI_SUCCESS ? poll_request(c, m, req) : rc;
+    return rc == MPI_SUCCESS ? poll_requests(c, m, req, 1) : rc;
 }
 
 /* ------------------------------------------------------------------ host memory */
+
+/* Point-to-point transfers are tagged apart from anything else on the
+ * communicator; MPI keeps collectives apart already. */
+#define P2P_TAG 0x7032
+
+/* A batch: every transfer posted, then all waited for. Host memory, or
+ * (bufs set) the staging slots that stand for each transfer's piece. */
+static int post_p2p(mpi_impl_t *m, const ddpc_p2p_op_t *o, void *buf, size_t count,
+                    MPI_Request *rq)
+{
+    MPI_Datatype t = mpi_type(o->dt);
+    return o->is_send ? MPI_Isend(buf, (int)count, t, o->peer, P2P_TAG, m->mpi, rq)
+                      : MPI_Irecv(buf, (int)count, t, o->peer, P2P_TAG, m->mpi, rq);
+}
+
+static int finish_p2p(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *rq, int n)
+{
+    MPI_Status sts[DDPC_P2P_BATCH_MAX];
+    if (m->progress == PROGRESS_BLOCKING)
+        return MPI_Waitall(n, rq, sts);
+    return poll_requests(c, m, rq, n);
+}
+
+static int run_p2p(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
+{
+    MPI_Request rq[DDPC_P2P_BATCH_MAX];
+    int k = 0, rc = MPI_SUCCESS;
+    for (int i = 0; i < w->np && rc == MPI_SUCCESS; i++) {
+        rc = post_p2p(m, &w->p2p[i], w->p2p[i].buf, w->p2p[i].count, &rq[k]);
+        k += rc == MPI_SUCCESS;
+    }
+    int rc2 = k ? finish_p2p(c, m, rq, k) : MPI_SUCCESS;
+    return rc != MPI_SUCCESS ? rc : rc2;
+}
 
 /* MPI counts are int: large operations go in pieces of at most 1 Gi elements. */
 #define CHUNK ((size_t)1 << 30)
@@ -208,6 +248,34 @@ static int run_host(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
             comm_divide(w->recv, w->count, w->dt, c->size);
         break;
     case OP_BARRIER: rc = MPI_RUN(MPI_Barrier, MPI_Ibarrier, m->mpi); break;
+    case OP_ALLTOALL:
+        rc = MPI_RUN(MPI_Alltoall, MPI_Ialltoall, w->send, (int)w->count, t, w->recv,
+                     (int)w->count, t, m->mpi);
+        break;
+    case OP_GATHER:
+        rc = MPI_RUN(MPI_Gather, MPI_Igather, w->send, (int)w->count, t, w->recv, (int)w->count,
+                     t, w->root, m->mpi);
+        break;
+    case OP_SCATTER:
+        rc = MPI_RUN(MPI_Scatter, MPI_Iscatter, w->send, (int)w->count, t, w->recv,
+                     (int)w->count, t, w->root, m->mpi);
+        break;
+    case OP_REDUCE: {
+        const size_t piece = PIECE_BYTES / es;
+        const int root = c->rank == w->root;
+        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += piece) {
+            size_t n = w->count - off < piece ? w->count - off : piece;
+            const void *s = root && w->send == w->recv ? MPI_IN_PLACE
+                                                       : (const char *)w->send + off * es;
+            char *r = root ? (char *)w->recv + off * es : NULL;
+            rc = MPI_RUN(MPI_Reduce, MPI_Ireduce, s, r, (int)n, t, mpi_op(m, w->dt, w->op),
+                         w->root, m->mpi);
+            if (rc == MPI_SUCCESS && root && w->op == DDPC_AVG && c->size > 1)
+                comm_divide(r, n, w->dt, c->size);
+        }
+        break;
+    }
+    case OP_P2P: rc = run_p2p(c, m, w); break;
     case OP_WATCH: rc = MPI_ERR_OTHER; break; /* not a collective: never submitted */
     }
     return rc;
@@ -332,6 +400,120 @@ static int run_staged(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
         break;
     }
     case OP_BARRIER: rc = MPI_RUN(MPI_Barrier, MPI_Ibarrier, m->mpi); break;
+    case OP_ALLTOALL: {
+        /* k elements of every block at a time: the stage's first half holds
+           the blocks to send, laid out by rank, the second those received */
+        const size_t half = cap / 2, k = half / (size_t)c->size;
+        char *h2 = h + half * es;
+        if (k == 0)
+            return MPI_ERR_COUNT;
+        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += k) {
+            size_t n = w->count - off < k ? w->count - off : k;
+            COPY2D(h, n * es, (const char *)w->send + off * es, w->count * es, n * es,
+                   (size_t)c->size, cudaMemcpyDeviceToHost);
+            rc = MPI_RUN(MPI_Alltoall, MPI_Ialltoall, h, (int)n, t, h2, (int)n, t, m->mpi);
+            if (rc == MPI_SUCCESS)
+                COPY2D((char *)w->recv + off * es, w->count * es, h2, n * es, n * es,
+                       (size_t)c->size, cudaMemcpyHostToDevice);
+        }
+        break;
+    }
+    case OP_GATHER: {
+        const size_t k = cap / (size_t)c->size;
+        const int root = c->rank == w->root;
+        if (k == 0)
+            return MPI_ERR_COUNT;
+        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += k) {
+            size_t n = w->count - off < k ? w->count - off : k;
+            COPY(root ? h + (size_t)c->rank * n * es : h, (const char *)w->send + off * es,
+                 n * es, cudaMemcpyDeviceToHost);
+            if (root)
+                rc = MPI_RUN(MPI_Gather, MPI_Igather, MPI_IN_PLACE, (int)n, t, h, (int)n, t,
+                             w->root, m->mpi);
+            else
+                rc = MPI_RUN(MPI_Gather, MPI_Igather, h, (int)n, t, NULL, 0, t, w->root, m->mpi);
+            if (rc == MPI_SUCCESS && root)
+                COPY2D((char *)w->recv + off * es, w->count * es, h, n * es, n * es,
+                       (size_t)c->size, cudaMemcpyHostToDevice);
+        }
+        break;
+    }
+    case OP_SCATTER: {
+        const size_t k = cap / (size_t)c->size;
+        const int root = c->rank == w->root;
+        if (k == 0)
+            return MPI_ERR_COUNT;
+        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += k) {
+            size_t n = w->count - off < k ? w->count - off : k;
+            if (root) {
+                COPY2D(h, n * es, (const char *)w->send + off * es, w->count * es, n * es,
+                       (size_t)c->size, cudaMemcpyDeviceToHost);
+                rc = MPI_RUN(MPI_Scatter, MPI_Iscatter, h, (int)n, t, MPI_IN_PLACE, (int)n, t,
+                             w->root, m->mpi);
+            } else {
+                rc = MPI_RUN(MPI_Scatter, MPI_Iscatter, NULL, 0, t, h, (int)n, t, w->root,
+                             m->mpi);
+            }
+            if (rc == MPI_SUCCESS)
+                COPY((char *)w->recv + off * es, root ? h + (size_t)c->rank * n * es : h,
+                     n * es, cudaMemcpyHostToDevice);
+        }
+        break;
+    }
+    case OP_REDUCE: {
+        const size_t piece = cap < PIECE_BYTES / es ? cap : PIECE_BYTES / es;
+        const int root = c->rank == w->root;
+        for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += piece) {
+            size_t n = w->count - off < piece ? w->count - off : piece;
+            COPY(h, (const char *)w->send + off * es, n * es, cudaMemcpyDeviceToHost);
+            rc = MPI_RUN(MPI_Reduce, MPI_Ireduce, root ? MPI_IN_PLACE : h, root ? h : NULL,
+                         (int)n, t, mpi_op(m, w->dt, w->op), w->root, m->mpi);
+            if (rc == MPI_SUCCESS && root && w->op == DDPC_AVG && c->size > 1)
+                comm_divide(h, n, w->dt, c->size);
+            if (rc == MPI_SUCCESS && root)
+                COPY((char *)w->recv + off * es, h, n * es, cudaMemcpyHostToDevice);
+        }
+        break;
+    }
+    case OP_P2P: {
+        /* each transfer has its slot of the stage and goes in pieces of
+           the slot's size, the same on both sides: round j moves piece j
+           of every transfer that has one */
+        const size_t slot = STAGE_BYTES / DDPC_P2P_BATCH_MAX;
+        for (size_t j = 0;; j++) {
+            MPI_Request rq[DDPC_P2P_BATCH_MAX];
+            int k = 0, more = 0;
+            for (int i = 0; i < w->np && rc == MPI_SUCCESS; i++) {
+                const ddpc_p2p_op_t *o = &w->p2p[i];
+                const size_t oes = ddpc_dtype_size(o->dt), pe = slot / oes, off = j * pe;
+                if (off >= o->count)
+                    continue;
+                size_t n = o->count - off < pe ? o->count - off : pe;
+                char *sl = h + (size_t)i * slot;
+                if (o->is_send)
+                    COPY(sl, (const char *)o->buf + off * oes, n * oes, cudaMemcpyDeviceToHost);
+                rc = post_p2p(m, o, sl, n, &rq[k]);
+                k += rc == MPI_SUCCESS;
+                more = 1;
+            }
+            if (k) {
+                int rc2 = finish_p2p(c, m, rq, k);
+                rc = rc != MPI_SUCCESS ? rc : rc2;
+            }
+            if (!more || rc != MPI_SUCCESS)
+                break;
+            for (int i = 0; i < w->np; i++) {
+                const ddpc_p2p_op_t *o = &w->p2p[i];
+                const size_t oes = ddpc_dtype_size(o->dt), pe = slot / oes, off = j * pe;
+                if (o->is_send || off >= o->count)
+                    continue;
+                size_t n = o->count - off < pe ? o->count - off : pe;
+                COPY((char *)o->buf + off * oes, h + (size_t)i * slot, n * oes,
+                     cudaMemcpyHostToDevice);
+            }
+        }
+        break;
+    }
     case OP_WATCH: rc = MPI_ERR_OTHER; break; /* not a collective: never submitted */
     }
     return rc;
@@ -373,9 +555,11 @@ static void *progress_main(void *arg)
         if (!m->head)
             m->tail = NULL;
         w->done = 1;
-        comm_flight_end(c, w->seq, rc == MPI_SUCCESS ? FR_DONE : FR_FAILED);
+        if (w->kind != OP_P2P)
+            comm_flight_end(c, w->seq, rc == MPI_SUCCESS ? FR_DONE : FR_FAILED);
         m->completed++;
-        __atomic_store_n(&c->completed, m->completed, __ATOMIC_RELAXED);
+        if (w->kind != OP_P2P)
+            __atomic_store_n(&c->completed, ++m->coll_done, __ATOMIC_RELAXED);
         /* wake waiters only for what they wait for: ddpc_ddp_wait sleeps on
          * its last operation, and a wake-up per earlier bucket would take the
          * core from this thread on a machine without a spare one */
@@ -389,7 +573,7 @@ static void *progress_main(void *arg)
 static ddpc_status_t mpi_submit(struct ddpc_comm *c, struct ddpc_work *w)
 {
     mpi_impl_t *m = c->impl;
-    if ((w->kind == OP_ALLREDUCE || w->kind == OP_REDUCE_SCATTER) &&
+    if ((w->kind == OP_ALLREDUCE || w->kind == OP_REDUCE_SCATTER || w->kind == OP_REDUCE) &&
         mpi_op(m, w->dt, w->op) == MPI_OP_NULL)
         return ddpc_err(c->rt, DDPC_ERR_UNSUPPORTED, MOD, "%s: reduction %d is not supported",
                         comm_op_names[w->kind], (int)w->op);
@@ -413,6 +597,7 @@ static ddpc_status_t mpi_submit(struct ddpc_comm *c, struct ddpc_work *w)
     else
         m->head = w;
     m->tail = w;
+    m->queued++;
     pthread_cond_signal(&m->has_work);
     return DDPC_OK;
 }
@@ -464,15 +649,21 @@ static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
         c->timed_out = 1; /* the watchdog's timeout, not a caller's short poll */
     pthread_mutex_unlock(&c->mu);
     if (!done) {
-        char what[160], ex[768] = "";
+        char what[1200], ex[768] = "";
         comm_describe(w, what, sizeof what);
+        if (timeout_s <= 0)
+            timeout_s = c->rt->cfg.timeout_s;
+        if (w->kind == OP_P2P)
+            return ddpc_err(c->rt, DDPC_ERR_TIMEOUT, MOD,
+                            "%s did not complete within %gs: the peer has not issued the "
+                            "matching %s (crashed, stuck, or transfers in a different order); "
+                            "set DDPC_TIMEOUT to wait longer", what, timeout_s,
+                            w->np > 1 ? "transfers" : w->p2p[0].is_send ? "receive" : "send");
         ddpc_monitor_explain(c, w->seq, ex, sizeof ex); /* who never came, if it knows */
         char fr[4200];
         ddpc_flight_dump(c->rt, what, fr, sizeof fr);
         /* a wait of 0 s polls an operation ahead of one that timed out: it has
            been waiting at least the configured timeout */
-        if (timeout_s <= 0)
-            timeout_s = c->rt->cfg.timeout_s;
         return ddpc_err(c->rt, DDPC_ERR_TIMEOUT, MOD,
                         "%s did not complete within %gs: another rank has not called it "
                         "(crashed, stuck, or issuing collectives in a different order); set "
@@ -493,7 +684,7 @@ static ddpc_status_t mpi_synchronize(struct ddpc_comm *c, double timeout_s)
     comm_clock_t k;
     comm_clock_start(&k);
     pthread_mutex_lock(&c->mu);
-    const uint64_t target = c->seq;
+    const uint64_t target = m->queued;
     m->sync_waiters++;
     waiter_arrives(m);
     while (m->completed < target && !comm_clock_wait(&m->work_done, &c->mu, &k, timeout_s)) {
@@ -506,8 +697,8 @@ static ddpc_status_t mpi_synchronize(struct ddpc_comm *c, double timeout_s)
     pthread_mutex_unlock(&c->mu);
     return idle ? DDPC_OK
                 : ddpc_err(c->rt, DDPC_ERR_TIMEOUT, MOD,
-                           "collectives up to #%llu did not complete within %gs",
-                           (unsigned long long)target - 1, timeout_s);
+                           "collectives up to #%llu (and the transfers issued with them) did "
+                           "not complete within %gs", (unsigned long long)c->seq - 1, timeout_s);
 }
 
 static void mpi_abort(struct ddpc_comm *c)
@@ -599,9 +790,21 @@ ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged)
     ddpc_status_t st = ddpc_env_choice(rt, "DDPC_PROGRESS", progress_names, &m->progress);
     if (st != DDPC_OK)
         return st;
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->mpi);
-    if (rc != MPI_SUCCESS)
+    int rc;
+    if (c->members) { /* collective over these ranks only */
+        MPI_Group wg, g;
+        MPI_Comm_group(MPI_COMM_WORLD, &wg);
+        rc = MPI_Group_incl(wg, c->size, c->members, &g);
+        if (rc == MPI_SUCCESS) {
+            rc = MPI_Comm_create_group(MPI_COMM_WORLD, g, GROUP_TAG, &m->mpi);
+            MPI_Group_free(&g);
+        }
+        MPI_Group_free(&wg);
+        if (rc != MPI_SUCCESS)
+            return ddpc_mpi_err(rt, rc, MOD, "MPI_Comm_create_group");
+    } else if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->mpi)) != MPI_SUCCESS) {
         return ddpc_mpi_err(rt, rc, MOD, "MPI_Comm_dup");
+    }
     MPI_Comm_rank(m->mpi, &c->rank);
     MPI_Comm_size(m->mpi, &c->size);
     MPI_Op_create(bf16_sum, 1, &m->half_sum[0]);

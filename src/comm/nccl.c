@@ -13,6 +13,7 @@
  * ddpc_kvs_allgather (PMIx under srun --mpi=pmix, else MPI), together with
  * every rank's GPU check, so that a rank without a GPU fails every rank
  * before NCCL could hang. Only compiled --with-nccl. */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
 #include "config.h"
 #include "comm_internal.h"
 
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dlfcn.h>
 
 #define MOD "comm"
 
@@ -79,7 +81,7 @@ static void fail_locked(struct ddpc_comm *c, ddpc_status_t st, const char *msg)
     if (!c->failed) {
         c->failed = st;
         snprintf(c->fail_msg, sizeof c->fail_msg, "%s", msg);
-        if (c->fail_seq == UINT64_MAX && n->head) /* in order: the oldest is the stuck one */
+        if (c->fail_seq == UINT64_MAX && n->head && n->head->kind != OP_P2P) /* the oldest: stuck */
             c->fail_seq = n->head->seq;
     }
     if (n->nc && !n->aborted) {
@@ -164,6 +166,70 @@ static void track(nccl_impl_t *n, struct ddpc_work *w)
 
 /* ------------------------------------------------------------------ issue */
 
+/* Operations made of sends and receives in one NCCL group (NCCL's own
+ * all-to-all, gather and scatter are recent: 2.28), and the transfers of a
+ * batch. A rank's own block is a copy on the communication stream. */
+static ncclResult_t issue_grouped(struct ddpc_comm *c, nccl_impl_t *n, struct ddpc_work *w)
+{
+    ncclDataType_t t = nccl_type(w->dt);
+    const size_t bytes = w->count * ddpc_dtype_size(w->dt);
+    const char *snd = w->send;
+    char *rcv = w->recv;
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess)
+        return r;
+    switch (w->kind) {
+    case OP_ALLTOALL:
+        for (int p = 0; p < c->size && r == ncclSuccess; p++) {
+            if (p == c->rank) {
+                if (bytes && cudaMemcpyAsync(rcv + (size_t)p * bytes, snd + (size_t)p * bytes,
+                                             bytes, cudaMemcpyDeviceToDevice,
+                                             n->stream) != cudaSuccess)
+                    r = ncclUnhandledCudaError;
+                continue;
+            }
+            r = ncclSend(snd + (size_t)p * bytes, w->count, t, p, n->nc, n->stream);
+            if (r == ncclSuccess)
+                r = ncclRecv(rcv + (size_t)p * bytes, w->count, t, p, n->nc, n->stream);
+        }
+        break;
+    case OP_GATHER:
+        if (c->rank != w->root) {
+            r = ncclSend(snd, w->count, t, w->root, n->nc, n->stream);
+            break;
+        }
+        for (int p = 0; p < c->size && r == ncclSuccess; p++)
+            if (p != c->rank)
+                r = ncclRecv(rcv + (size_t)p * bytes, w->count, t, p, n->nc, n->stream);
+            else if (bytes && cudaMemcpyAsync(rcv + (size_t)p * bytes, snd, bytes,
+                                              cudaMemcpyDeviceToDevice, n->stream) != cudaSuccess)
+                r = ncclUnhandledCudaError;
+        break;
+    case OP_SCATTER:
+        if (c->rank != w->root) {
+            r = ncclRecv(rcv, w->count, t, w->root, n->nc, n->stream);
+            break;
+        }
+        for (int p = 0; p < c->size && r == ncclSuccess; p++)
+            if (p != c->rank)
+                r = ncclSend(snd + (size_t)p * bytes, w->count, t, p, n->nc, n->stream);
+            else if (bytes && cudaMemcpyAsync(rcv, snd + (size_t)p * bytes, bytes,
+                                              cudaMemcpyDeviceToDevice, n->stream) != cudaSuccess)
+                r = ncclUnhandledCudaError;
+        break;
+    default: /* OP_P2P */
+        for (int i = 0; i < w->np && r == ncclSuccess; i++) {
+            const ddpc_p2p_op_t *o = &w->p2p[i];
+            r = o->is_send ? ncclSend(o->buf, o->count, nccl_type(o->dt), o->peer, n->nc, n->stream)
+                           : ncclRecv(o->buf, o->count, nccl_type(o->dt), o->peer, n->nc,
+                                      n->stream);
+        }
+        break;
+    }
+    ncclResult_t e = ncclGroupEnd(); /* always: the group must close */
+    return r != ncclSuccess ? r : e;
+}
+
 static ncclResult_t issue(struct ddpc_comm *c, nccl_impl_t *n, struct ddpc_work *w)
 {
     ncclDataType_t t = nccl_type(w->dt);
@@ -178,6 +244,14 @@ static ncclResult_t issue(struct ddpc_comm *c, nccl_impl_t *n, struct ddpc_work 
         return ncclReduceScatter(w->send, w->recv, w->count, t, nccl_op(w->op), n->nc, n->stream);
     case OP_BARRIER:
         return ncclAllReduce(n->scratch, n->scratch, 1, ncclInt32, ncclSum, n->nc, n->stream);
+    case OP_REDUCE:
+        return ncclReduce(w->send, w->recv, w->count, t, nccl_op(w->op), w->root, n->nc,
+                          n->stream);
+    case OP_ALLTOALL:
+    case OP_GATHER:
+    case OP_SCATTER:
+    case OP_P2P:
+        return issue_grouped(c, n, w);
     case OP_WATCH: /* not a collective: nccl_watch */
         break;
     }
@@ -220,7 +294,7 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
                  ncclGetErrorString(r), ncclGetLastError(n->nc));
         comm_events_put(&n->events, ready);
         comm_events_put(&n->events, done);
-        if (!c->failed)
+        if (!c->failed && w->kind != OP_P2P)
             c->fail_seq = w->seq;
         fail_locked(c, r == ncclInProgress ? DDPC_ERR_TIMEOUT : DDPC_ERR_NCCL, msg);
         return ddpc_err(c->rt, c->failed, MOD, "%s", msg);
@@ -230,7 +304,7 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
         snprintf(msg, sizeof msg, "%s: recording its end event: %s", what, cudaGetErrorString(e));
         comm_events_put(&n->events, ready);
         comm_events_put(&n->events, done);
-        if (!c->failed)
+        if (!c->failed && w->kind != OP_P2P)
             c->fail_seq = w->seq;
         fail_locked(c, DDPC_ERR_CUDA, msg);
         return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "%s", msg);
@@ -238,8 +312,10 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
     if (cap == cudaStreamCaptureStatusActive) {
         w->refs = 1; /* the caller's handle only; wait joins the caller's stream */
         w->done = 1;
-        __atomic_add_fetch(&c->completed, 1, __ATOMIC_RELAXED); /* for the side channel */
-        comm_flight_end(c, w->seq, FR_DONE);                     /* issued into the graph */
+        if (w->kind != OP_P2P) {
+            __atomic_add_fetch(&c->completed, 1, __ATOMIC_RELAXED); /* for the side channel */
+            comm_flight_end(c, w->seq, FR_DONE);                     /* issued into the graph */
+        }
         return DDPC_OK;
     }
     w->refs = 2; /* the caller's handle, the in-flight list */
@@ -264,12 +340,17 @@ static int poll_locked(struct ddpc_comm *c, ddpc_status_t *st, char *msg, size_t
                 char what[160];
                 comm_describe(w, what, sizeof what);
                 *st = DDPC_ERR_TIMEOUT;
-                n->stuck_seq = w->kind == OP_WATCH ? c->seq : w->seq;
+                n->stuck_seq = w->kind == OP_P2P     ? UINT64_MAX
+                               : w->kind == OP_WATCH ? c->seq
+                                                     : w->seq;
                 snprintf(msg, len,
                          "%s did not complete within %gs (watchdog, %.1fs since it was issued): "
-                         "another rank has not called it (crashed, stuck, or issuing collectives "
-                         "in a different order); NCCL communicator aborted; set DDPC_TIMEOUT to "
-                         "wait longer", what, w->deadline - w->t_enqueue, now - w->t_enqueue);
+                         "%s; NCCL communicator aborted; set DDPC_TIMEOUT to wait longer", what,
+                         w->deadline - w->t_enqueue, now - w->t_enqueue,
+                         w->kind == OP_P2P ? "the peer has not issued the matching transfer "
+                                             "(crashed, stuck, or transfers in a different order)"
+                                           : "another rank has not called it (crashed, stuck, or "
+                                             "issuing collectives in a different order)");
             }
             break; /* NCCL completes in order on one stream */
         }
@@ -282,7 +363,7 @@ static int poll_locked(struct ddpc_comm *c, ddpc_status_t *st, char *msg, size_t
             break;
         }
         w->done = 1;
-        if (w->kind != OP_WATCH) {
+        if (w->kind != OP_WATCH && w->kind != OP_P2P) {
             __atomic_add_fetch(&c->completed, 1, __ATOMIC_RELAXED);
             comm_flight_end(c, w->seq, FR_DONE);
         }
@@ -331,7 +412,7 @@ static void *watchdog_main(void *arg)
             poll_locked(c, &st, msg, sizeof msg);
             if (st) {
                 pthread_mutex_unlock(&c->mu);
-                if (st == DDPC_ERR_TIMEOUT) { /* who never came, from the side channel */
+                if (st == DDPC_ERR_TIMEOUT && n->stuck_seq != UINT64_MAX) { /* who never came */
                     char ex[768];
                     size_t k = strlen(msg);
                     if (ddpc_monitor_explain(c, n->stuck_seq, ex, sizeof ex) == 0 &&
@@ -505,62 +586,50 @@ static const comm_ops_t nccl_ops = {nccl_submit, nccl_test, nccl_wait,        nc
 
 /* ------------------------------------------------------------------ bootstrap */
 
-/* What each rank tells the others before NCCL is touched. */
-typedef struct {
-    int32_t ok;           /* this rank has its GPU */
-    int32_t device;
-    char why[288];        /* if not (with its rank prefix, dropped when chained) */
-    char bus[32];         /* PCI bus id of its GPU */
-    char host[64];
-    ncclUniqueId id;      /* rank 0's */
-} boot_t;
+_Static_assert(sizeof(ncclUniqueId) == sizeof(((comm_nccl_boot_t *)0)->id),
+               "ncclUniqueId is 128 bytes");
 
-ddpc_status_t comm_nccl_create(struct ddpc_comm *c)
+/* This rank's entry of the bootstrap table: its GPU, and the unique id when
+ * it leads (rank 0 of the new communicator). */
+void comm_nccl_boot_local(struct ddpc_comm *c, int leader, comm_nccl_boot_t *me)
 {
     ddpc_t rt = c->rt;
-    const ddpc_world_t *wd = ddpc_world(rt);
-    int ver = 0;
-    ncclGetVersion(&ver);
-    ddpc_log(rt, DDPC_LOG_INFO, "comm: NCCL %d.%d.%d at run time, built against %s", ver / 10000,
-             ver / 100 % 100, ver % 100, DDPC_NCCL_VERSION);
-
-    boot_t me;
-    memset(&me, 0, sizeof me);
-    snprintf(me.host, sizeof me.host, "%s", wd->host);
-    me.ok = 1;
+    memset(me, 0, sizeof *me);
+    snprintf(me->host, sizeof me->host, "%s", ddpc_world(rt)->host);
+    me->ok = 1;
     if (c->device == DDPC_DEVICE_AUTO) {
         if (ddpc_device_select(rt, &c->device) != DDPC_OK) {
-            me.ok = 0; /* its prefix goes when the verdict chains it (ddpc_err) */
-            snprintf(me.why, sizeof me.why, "%s", ddpc_last_error(rt));
+            me->ok = 0; /* its prefix goes when the verdict chains it (ddpc_err) */
+            snprintf(me->why, sizeof me->why, "%s", ddpc_last_error(rt));
         }
     } else {
         cudaError_t e = cudaSetDevice(c->device);
         if (e != cudaSuccess) {
-            me.ok = 0;
-            snprintf(me.why, sizeof me.why, "no usable GPU: cudaSetDevice(%d): %s", c->device,
+            me->ok = 0;
+            snprintf(me->why, sizeof me->why, "no usable GPU: cudaSetDevice(%d): %s", c->device,
                      cudaGetErrorString(e));
         }
     }
-    me.device = c->device;
-    if (me.ok && cudaDeviceGetPCIBusId(me.bus, sizeof me.bus, c->device) != cudaSuccess)
-        snprintf(me.bus, sizeof me.bus, "device %d", c->device);
-    if (c->rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(&me.id);
-        if (r != ncclSuccess && me.ok) {
-            me.ok = 0;
-            snprintf(me.why, sizeof me.why, "ncclGetUniqueId failed: %s", ncclGetErrorString(r));
+    me->device = c->device;
+    if (me->ok && cudaDeviceGetPCIBusId(me->bus, sizeof me->bus, c->device) != cudaSuccess)
+        snprintf(me->bus, sizeof me->bus, "device %d", c->device);
+    if (leader) {
+        ncclUniqueId id;
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess && me->ok) {
+            me->ok = 0;
+            snprintf(me->why, sizeof me->why, "ncclGetUniqueId failed: %s", ncclGetErrorString(r));
         }
+        memcpy(me->id, &id, sizeof id);
     }
-    boot_t *all = malloc((size_t)c->size * sizeof *all);
-    if (!all)
-        return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate the NCCL bootstrap table");
-    ddpc_status_t st = ddpc_kvs_allgather(rt, &me, all, sizeof me);
-    if (st) {
-        free(all);
-        return ddpc_err(rt, st, MOD, "nccl bootstrap: exchanging the unique id: %s",
-                        ddpc_last_error(rt));
-    }
-    /* every rank reaches the same verdict from the same table */
+}
+
+/* The same verdict on every rank of c from the same table (rank r's entry
+ * at all[r]): a rank without its GPU, or two ranks on one GPU, fail all. */
+static ddpc_status_t boot_verdict(struct ddpc_comm *c, const comm_nccl_boot_t *all)
+{
+    ddpc_t rt = c->rt;
+    const comm_nccl_boot_t *me = &all[c->rank];
     char bad[512] = "";
     int nbad = 0, dup_a = -1, dup_b = -1;
     for (int r = 0; r < c->size; r++) {
@@ -575,68 +644,164 @@ ddpc_status_t comm_nccl_create(struct ddpc_comm *c)
                 !strcmp(all[r].bus, all[q].bus))
                 dup_a = q, dup_b = r;
     }
-    if (nbad) {
-        st = ddpc_err(rt, DDPC_ERR_CUDA, MOD,
-                      "backend nccl: no usable GPU on %d of %d rank(s): %s%s; %s%s", nbad,
-                      c->size, bad, nbad > 8 ? " ..." : "", me.ok ? "see their messages" : "here: ",
-                      me.ok ? "" : me.why);
-        free(all);
-        return st;
-    }
+    if (nbad)
+        return ddpc_err(rt, DDPC_ERR_CUDA, MOD,
+                        "backend nccl: no usable GPU on %d of %d rank(s): %s%s; %s%s", nbad,
+                        c->size, bad, nbad > 8 ? " ..." : "",
+                        me->ok ? "see their messages" : "here: ", me->ok ? "" : me->why);
     const char *shared = getenv("DDPC_NCCL_ALLOW_SHARED_GPU");
-    if (dup_a >= 0 && !(shared && !strcmp(shared, "1"))) {
-        st = ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD,
-                      "backend nccl: ranks %d and %d on %s share GPU %s; NCCL needs one GPU per "
-                      "rank (srun --gpus-per-node=<ranks per node>), or use DDPC_BACKEND=mpi, "
-                      "which stages through host memory and allows sharing",
-                      dup_a, dup_b, all[dup_a].host, all[dup_a].bus);
-        free(all);
-        return st;
-    }
-    ncclUniqueId id = all[0].id;
-    free(all);
+    if (dup_a >= 0 && !(shared && !strcmp(shared, "1")))
+        return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD,
+                        "backend nccl: ranks %d and %d on %s share GPU %s; NCCL needs one GPU per "
+                        "rank (srun --gpus-per-node=<ranks per node>), or use DDPC_BACKEND=mpi, "
+                        "which stages through host memory and allows sharing",
+                        dup_a, dup_b, all[dup_a].host, all[dup_a].bus);
+    return DDPC_OK;
+}
 
+/* The backend's state and everything the steps need, before the first
+ * collective: NCCL kernels spin while waiting for peers, and a cudaMalloc
+ * then can deadlock. */
+static ddpc_status_t impl_make(struct ddpc_comm *c)
+{
     nccl_impl_t *n = calloc(1, sizeof *n);
     if (!n)
-        return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate the NCCL backend");
+        return ddpc_err(c->rt, DDPC_ERR_NOMEM, MOD, "cannot allocate the NCCL backend");
     pthread_cond_init(&n->wake, NULL);
     c->impl = n;
     c->ops = &nccl_ops;
-    /* everything the steps need, before the first collective: NCCL kernels
-     * spin while waiting for peers, and a cudaMalloc then can deadlock */
     cudaError_t e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&n->scratch, sizeof(int));
     if (e == cudaSuccess)
         e = (cudaError_t)comm_events_fill(&n->events, 64);
     if (e != cudaSuccess)
-        return ddpc_err(rt, DDPC_ERR_CUDA, MOD, "backend nccl on GPU %d: stream, scratch and "
+        return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "backend nccl on GPU %d: stream, scratch and "
                         "events: %s", c->device, cudaGetErrorString(e));
+    return DDPC_OK;
+}
 
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
-    const double dl = ddpc_now() + rt->cfg.timeout_s;
-    ncclResult_t r = ncclCommInitRankConfig(&n->nc, c->size, id, c->rank, &cfg);
-    if (n->nc)
-        r = settle(n->nc, r, dl);
-    if (r != ncclSuccess) {
-        const char *last = ncclGetLastError(n->nc); /* NULL is allowed: the last error */
-        if (n->nc)
-            ncclCommAbort(n->nc);
-        n->nc = NULL;
-        return ddpc_err(rt, r == ncclInProgress ? DDPC_ERR_TIMEOUT : DDPC_ERR_NCCL, MOD,
-                        "ncclCommInitRankConfig (rank %d of %d, GPU %d): %s%s%s", c->rank,
-                        c->size, c->device,
-                        r == ncclInProgress ? "not done within DDPC_TIMEOUT (a rank did not join)"
-                                            : ncclGetErrorString(r),
-                        *last ? ": " : "", last);
-    }
+/* The watchdog, and the list of live communicators that a failure aborts. */
+static ddpc_status_t go_live(struct ddpc_comm *c)
+{
+    nccl_impl_t *n = c->impl;
     if (pthread_create(&n->watchdog, NULL, watchdog_main, c) != 0)
-        return ddpc_err(rt, DDPC_ERR_INTERNAL, MOD, "cannot start the NCCL watchdog thread");
+        return ddpc_err(c->rt, DDPC_ERR_INTERNAL, MOD, "cannot start the NCCL watchdog thread");
     n->started = 1;
     pthread_mutex_lock(&live_mu);
     if (nlive < (int)(sizeof live / sizeof *live))
         live[nlive++] = c;
     pthread_mutex_unlock(&live_mu);
     return DDPC_OK;
+}
+
+/* A failed init or split: what NCCL says, and the communicator released. */
+static ddpc_status_t init_failed(struct ddpc_comm *c, ncclResult_t r, const char *call)
+{
+    nccl_impl_t *n = c->impl;
+    const char *last = ncclGetLastError(n->nc); /* NULL is allowed: the last error */
+    if (n->nc)
+        ncclCommAbort(n->nc);
+    n->nc = NULL;
+    return ddpc_err(c->rt, r == ncclInProgress ? DDPC_ERR_TIMEOUT : DDPC_ERR_NCCL, MOD,
+                    "%s (rank %d of %d, GPU %d): %s%s%s", call, c->rank, c->size, c->device,
+                    r == ncclInProgress ? "not done within DDPC_TIMEOUT (a rank did not join)"
+                                        : ncclGetErrorString(r),
+                    *last ? ": " : "", last);
+}
+
+ddpc_status_t comm_nccl_create_from(struct ddpc_comm *c, const comm_nccl_boot_t *all)
+{
+    ddpc_status_t st = boot_verdict(c, all);
+    if (st == DDPC_OK)
+        st = impl_make(c);
+    if (st)
+        return st;
+    nccl_impl_t *n = c->impl;
+    ncclUniqueId id;
+    memcpy(&id, all[0].id, sizeof id);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    const double dl = ddpc_now() + c->rt->cfg.timeout_s;
+    ncclResult_t r = ncclCommInitRankConfig(&n->nc, c->size, id, c->rank, &cfg);
+    if (n->nc)
+        r = settle(n->nc, r, dl);
+    if (r != ncclSuccess)
+        return init_failed(c, r, "ncclCommInitRankConfig");
+    return go_live(c);
+}
+
+ddpc_status_t comm_nccl_create(struct ddpc_comm *c)
+{
+    ddpc_t rt = c->rt;
+    int ver = 0;
+    ncclGetVersion(&ver);
+    ddpc_log(rt, DDPC_LOG_INFO, "comm: NCCL %d.%d.%d at run time, built against %s", ver / 10000,
+             ver / 100 % 100, ver % 100, DDPC_NCCL_VERSION);
+    comm_nccl_boot_t me;
+    comm_nccl_boot_local(c, c->rank == 0, &me);
+    comm_nccl_boot_t *all = malloc((size_t)c->size * sizeof *all);
+    if (!all)
+        return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate the NCCL bootstrap table");
+    ddpc_status_t st = ddpc_kvs_allgather(rt, &me, all, sizeof me);
+    if (st) {
+        free(all);
+        return ddpc_err(rt, st, MOD, "nccl bootstrap: exchanging the unique id: %s",
+                        ddpc_last_error(rt));
+    }
+    st = comm_nccl_create_from(c, all);
+    free(all);
+    return st;
+}
+
+/* ncclCommSplit (NCCL >= 2.18), looked up at run time so that ddpc still
+ * loads with an older NCCL; DDPC_NCCL_SPLIT=0 turns it off (then the unique
+ * id of each new communicator travels through the parent). */
+typedef ncclResult_t (*split_fn)(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *);
+
+static split_fn split_call(void)
+{
+    const char *v = getenv("DDPC_NCCL_SPLIT");
+    if (v && !strcmp(v, "0"))
+        return NULL;
+    int ver = 0;
+    if (ncclGetVersion(&ver) != ncclSuccess || ver < 21800)
+        return NULL;
+    return (split_fn)dlsym(RTLD_DEFAULT, "ncclCommSplit");
+}
+
+int comm_nccl_can_split(void) { return split_call() != NULL; }
+
+ddpc_status_t comm_nccl_split(struct ddpc_comm *parent, struct ddpc_comm *c, int color, int key)
+{
+    nccl_impl_t *pn = parent->impl;
+    split_fn f = split_call();
+    ddpc_status_t st = DDPC_OK;
+    if (c) {
+        c->device = parent->device; /* NCCL splits keep the parent's GPU */
+        st = impl_make(c);
+    }
+    if (!pn || !pn->nc || !f)
+        return st ? st : ddpc_err(parent->rt, DDPC_ERR_STATE, MOD,
+                                  "split: the parent's NCCL communicator is gone");
+    /* the parent's lock: its watchdog polls the parent's NCCL communicator */
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t out = NULL;
+    const double dl = ddpc_now() + parent->rt->cfg.timeout_s;
+    pthread_mutex_lock(&parent->mu);
+    ncclResult_t r = f(pn->nc, c && st == DDPC_OK ? color : NCCL_SPLIT_NOCOLOR, key, &out, &cfg);
+    r = settle(pn->nc, r, dl);
+    if (r == ncclSuccess && out)
+        r = settle(out, ncclInProgress, dl);
+    pthread_mutex_unlock(&parent->mu);
+    if (!c || st)
+        return st;
+    nccl_impl_t *n = c->impl;
+    n->nc = out;
+    if (r != ncclSuccess)
+        return init_failed(c, r, "ncclCommSplit");
+    if (!out)
+        return ddpc_err(c->rt, DDPC_ERR_NCCL, MOD, "ncclCommSplit gave no communicator");
+    return go_live(c);
 }

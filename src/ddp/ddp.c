@@ -591,7 +591,7 @@ ddpc_status_t ddpc_ddp_check_params(ddpc_ddp_t d)
     uint64_t *all = calloc((size_t)d->size, sizeof *all);
     if (!all)
         return ddp_err(d, DDPC_ERR_NOMEM, "check_params: no memory for %d hashes", d->size);
-    ddpc_status_t xs = ddpc_kvs_allgather(d->rt, &v, all, sizeof v);
+    ddpc_status_t xs = ddpc_comm_host_allgather(d->comm, &v, all, sizeof v);
     if (xs != DDPC_OK) {
         free(all);
         return ddp_err(d, xs, "check_params: the exchange of the hashes failed: %s",
