@@ -8,7 +8,8 @@
 EMU_SOURCES = tests/emu/emu.h tests/emu/emu_internal.h tests/emu/cudart.c tests/emu/nccl.c \
 	tests/emu/kernels_ddp.c tests/emu/kernels_model.c tests/emu/cublaslt.c \
 	tests/emu/halfconv.c
-EXTRA_DIST += $(EMU_SOURCES) tests/emu/local.mk tests/emu/check_emu_lt.c
+EXTRA_DIST += $(EMU_SOURCES) tests/emu/local.mk tests/emu/check_emu_lt.c tests/emu/emu_nccl.c
+dist_check_DATA += tests/emu/emu_nccl.mpi
 if CUDA_EMULATE
 noinst_LTLIBRARIES += tests/emu/libddpc-emu.la
 tests_emu_libddpc_emu_la_SOURCES = $(EMU_SOURCES)
@@ -33,5 +34,14 @@ tests_emu_check_emu_lt_CFLAGS = $(DDPC_TEST_CF)
 tests_emu_check_emu_lt_LDFLAGS = $(DDPC_TEST_LD)
 tests_emu_check_emu_lt_LDADD = tests/emu/libddpc-emu.la $(CHECK_LIBS) -lm
 TESTS += tests/emu/check_emu_lt
+# the emulated NCCL on 4 ranks (mpiexec): communicators of some ranks,
+# ncclCommSplit, send/receive in groups and alone, ncclReduce
+check_PROGRAMS += tests/emu/emu_nccl
+tests_emu_emu_nccl_SOURCES = tests/emu/emu_nccl.c
+tests_emu_emu_nccl_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
+tests_emu_emu_nccl_CFLAGS = $(DDPC_TEST_CF)
+tests_emu_emu_nccl_LDFLAGS = $(DDPC_TEST_LD)
+tests_emu_emu_nccl_LDADD = tests/emu/libddpc-emu.la $(CHECK_LIBS)
+TESTS += tests/emu/emu_nccl.mpi
 endif
 endif
