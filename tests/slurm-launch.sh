@@ -3,7 +3,7 @@
 # slurm-launch.sh: launches on a real Slurm cluster started on this machine
 # (tests/slurm/testbed.sh: munged, slurmctld, two slurmd as nodes n1 and n2).
 #  - srun -N2 -n4 --mpi=pmix ddpc-info: source=pmix, nodes 0 and 1, local ranks 0,1 on each
-#  - srun -N2 -n4 of the communicator and DDP tests: pass with 4 ranks, through
+#  - srun -N2 -n4 of the communicator, group and DDP tests: pass with 4 ranks, through
 #    --mpi=pmi2 for MPICH (Debian's has no PMIx client) and --mpi=pmix for Open MPI
 #  - srun --mpi=pmix of an MPI program with an MPI that lacks PMIx: one clear error, no hang
 . "$(dirname "$0")/lib.sh"
@@ -36,6 +36,10 @@ srun_t -N2 -n4 --mpi=$PLUGIN "$top_builddir/tests/mpi_ddp" >"$TMP/ddp" 2>&1 \
     || { cat "$TMP/ddp"; fail "srun --mpi=$PLUGIN mpi_ddp"; }
 grep -Eq '100%: Checks: [0-9]+, Failures: 0, Errors: 0' "$TMP/ddp" || { cat "$TMP/ddp"; fail "mpi_ddp under srun --mpi=$PLUGIN"; }
 echo "ok: srun -N2 -n4 --mpi=$PLUGIN mpi_ddp (DDP engine across two nodes)"
+srun_t -N2 -n4 --mpi=$PLUGIN "$top_builddir/tests/mpi_groups" >"$TMP/groups" 2>&1 \
+    || { cat "$TMP/groups"; fail "srun --mpi=$PLUGIN mpi_groups"; }
+grep -Eq '100%: Checks: [0-9]+, Failures: 0, Errors: 0' "$TMP/groups" || { cat "$TMP/groups"; fail "mpi_groups under srun --mpi=$PLUGIN"; }
+echo "ok: srun -N2 -n4 --mpi=$PLUGIN mpi_groups (splits, grids, transfers across two nodes)"
 
 if [ "$DDPC_MPI_FLAVOR" = mpich ]; then
     expect_fail_msg 'pmix says rank [0-3] of 4 but MPI_COMM_WORLD says rank 0 of 1: this MPI has no PMIx client.*srun --mpi=pmi2' \

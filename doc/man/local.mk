@@ -9,6 +9,7 @@ dist_man_MANS = \
 	doc/man/ddpc.7 \
 	doc/man/ddpc_init.3 \
 	doc/man/ddpc_comm.3 \
+	doc/man/ddpc_comm_split.3 \
 	doc/man/ddpc_ddp.3 \
 	doc/man/ddpc_optim.3 \
 	doc/man/ddpc_ckpt.3 \
