@@ -20,7 +20,7 @@ opts="ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:detect_odr_violation=0"
 opts="$opts LSAN_OPTIONS=suppressions=$top_srcdir/tests/sanitizers.supp:print_suppressions=0"
 opts="$opts UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1"
 unit="tests/check_core tests/check_sampler tests/check_data tests/check_ckpt_crc tests/check_trainer tests/check_fmnist"
-multi="tests/comm.mpi tests/ddp.mpi tests/sampler.mpi tests/ckpt.mpi"
+multi="tests/comm.mpi tests/groups.mpi tests/ddp.mpi tests/sampler.mpi tests/ckpt.mpi"
 rc=0
 # shellcheck disable=SC2086
 make check TESTS="$unit" LOG_COMPILER=env AM_LOG_FLAGS="LD_PRELOAD='$pre' $opts CK_FORK=no" || rc=1

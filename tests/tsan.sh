@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # tsan.sh: in a build configured with --enable-sanitizers=thread (CI's fifth
 # build): the suites where ddpc runs threads, under ThreadSanitizer: the
-# communicator's progress thread and concurrent waits (comm.mpi, ddp.mpi), the
+# communicator's progress thread and concurrent waits (comm.mpi, ddp.mpi; groups.mpi at 2 ranks), the
 # loader thread (check_data, check_fmnist, sampler.mpi), the asynchronous
 # checkpoint writer (ckpt.mpi, 2 ranks only: 1 and 4 add a minute and no
 # thread that 2 lacks), the side channel's thread (check_core, monitor.sh).
@@ -57,11 +57,13 @@ rc=0
 $norand make -j"$(nproc)" check TESTS="$unit $multi" || rc=1
 # shellcheck disable=SC2086
 DDPC_TEST_NP=2 $norand make check TESTS=tests/ckpt.mpi || rc=1
+# groups at 2 ranks too: at 4, its 12 MiB transfers take minutes under TSan
+DDPC_TEST_NP=2 $norand make check TESTS=tests/groups.mpi || rc=1
 for f in tsan-reports/tsan.*; do
     [ -f "$f" ] || continue
     echo "tsan.sh: a ThreadSanitizer report ($f):"
     cat "$f"
     rc=1
 done
-[ $rc = 0 ] && echo "tsan.sh: no ThreadSanitizer report in: $unit $multi tests/ckpt.mpi"
+[ $rc = 0 ] && echo "tsan.sh: no ThreadSanitizer report in: $unit $multi tests/ckpt.mpi tests/groups.mpi"
 exit $rc
