@@ -38,6 +38,24 @@ size_t model_param_count(const model_spec_t *s)
     return n;
 }
 
+size_t model_layers_param_offset(const model_spec_t *s, int first)
+{
+    return model_layers_param_count(s, 0, first);
+}
+
+size_t model_layers_param_count(const model_spec_t *s, int first, int end)
+{
+    size_t n = 0;
+    for (int l = first; l < end; l++)
+        n += (size_t)model_layer_out(s, l) * ((size_t)model_layer_in(s, l) + 1);
+    return n;
+}
+
+double model_layer_flops(const model_spec_t *s, int l)
+{
+    return 2.0 * model_layer_in(s, l) * model_layer_out(s, l) * (l == 0 ? 2 : 3);
+}
+
 void model_describe(const model_spec_t *s, char *buf, size_t n)
 {
     int k = snprintf(buf, n, "%s %d", s->kind == MODEL_LINEAR ? "linear" : "mlp", s->inputs);

@@ -195,7 +195,7 @@ static void gradcheck(const model_spec_t *s, int B)
     for (int i = 0; i < B; i++)
         y[i] = (uint8_t)(i % s->classes);
     char err[128];
-    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL};
+    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL, 0, 0};
     model_t *m = model_cpu_ops.create(s, &cpu, B, params, grads, err, sizeof err);
     ck_assert_msg(m != NULL, "%s", err);
     ready_log_t rl = {{0}, 0};
@@ -272,7 +272,8 @@ START_TEST(model_layout)
     float x[784] = {0};
     uint8_t y = 3, bad = 10;
     double correct = -1;
-    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL}, half = {-1, NULL, PRECISION_BF16, NULL};
+    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL, 0, 0},
+                  half = {-1, NULL, PRECISION_BF16, NULL, 0, 0};
     ck_assert_ptr_null(model_cpu_ops.create(&l, &half, 1, p, g, d, sizeof d));
     ck_assert_ptr_nonnull(strstr(d, "fp32 only"));
     model_t *m = model_cpu_ops.create(&l, &cpu, 1, p, g, d, sizeof d);
