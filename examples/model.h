@@ -48,6 +48,10 @@ size_t model_layers_param_count(const model_spec_t *s, int first, int end);
  * forward GEMM, the weight-gradient GEMM and (not for layer 0) the
  * input-gradient GEMM, 2 * in * out each. */
 double model_layer_flops(const model_spec_t *s, int l);
+/* The contiguous split of the L layers into S stages (1 <= S <= L) that
+ * minimizes the largest stage's model_layer_flops; first[s] is stage s's
+ * first layer, first[S] = L. Pure. */
+void model_partition(const model_spec_t *s, int S, int first[]);
 /* "mlp 784-1024-1024-10 (1863690 params)" */
 void model_describe(const model_spec_t *s, char *buf, size_t n);
 

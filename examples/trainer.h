@@ -116,10 +116,6 @@ const char *tr_json_str(const char *s, char *buf, size_t n);
  * world's size against --pipeline-stages, makes the grid (row, col), splits
  * the layers by FLOPs. 0, or -1 (said on rank 0; a usage error). */
 int tr_pipe_setup(trainer_t *t);
-/* The contiguous split of the model's L layers into S stages that minimizes
- * the largest stage's training FLOPs (model_layer_flops); first[s] is stage
- * s's first layer, first[S] = L. Pure. */
-void tr_pipe_partition(const model_spec_t *m, int S, int first[]);
 /* "pipeline: 2 stages x 2 replicas (1f1b, ...); stage 0: layers 0-1 (...)" */
 void tr_pipe_describe(trainer_t *t, char *buf, size_t n);
 /* After the engine is built: the stage's models (one per micro-batch in

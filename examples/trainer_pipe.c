@@ -16,35 +16,6 @@
 #include <zlib.h>
 
 /* ------------------------------------------------------------------ setup */
-void tr_pipe_partition(const model_spec_t *m, int S, int first[])
-{
-    const int L = model_num_layers(m);
-    double pre[MODEL_MAX_LAYERS + 1] = {0}; /* pre[i]: FLOPs of layers [0, i) */
-    for (int l = 0; l < L; l++)
-        pre[l + 1] = pre[l] + model_layer_flops(m, l);
-    /* best[s][i]: the smallest largest stage of layers [0, i) in s stages;
-       cut[s][i]: where its last stage starts */
-    double best[MODEL_MAX_LAYERS + 1][MODEL_MAX_LAYERS + 1];
-    int cut[MODEL_MAX_LAYERS + 1][MODEL_MAX_LAYERS + 1];
-    for (int i = 0; i <= L; i++)
-        best[1][i] = pre[i], cut[1][i] = 0;
-    for (int s = 2; s <= S; s++)
-        for (int i = s; i <= L; i++) {
-            best[s][i] = -1;
-            for (int j = s - 1; j < i; j++) { /* the last stage is [j, i) */
-                double last = pre[i] - pre[j];
-                double v = best[s - 1][j] > last ? best[s - 1][j] : last;
-                if (best[s][i] < 0 || v < best[s][i])
-                    best[s][i] = v, cut[s][i] = j;
-            }
-        }
-    first[S] = L;
-    for (int s = S, i = L; s >= 1; s--) {
-        first[s - 1] = s == 1 ? 0 : cut[s][i];
-        i = first[s - 1];
-    }
-}
-
 void tr_pipe_describe(trainer_t *t, char *buf, size_t n)
 {
     const model_spec_t *m = &t->opt.model;
@@ -80,7 +51,7 @@ int tr_pipe_setup(trainer_t *t)
     t->R = t->size / t->S;
     t->stage = t->rank % t->S;
     t->replica = t->rank / t->S;
-    tr_pipe_partition(&o->model, t->S, t->first_layer);
+    model_partition(&o->model, t->S, t->first_layer);
     if (ddpc_comm_grid(t->comm, t->R, t->S, NULL, &t->row, &t->col) != DDPC_OK) {
         fprintf(stderr, "trainer: %s\n", ddpc_last_error(t->rt));
         return -1;
