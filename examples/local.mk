@@ -35,12 +35,13 @@ endif
 # the trainer: ./trainer at the top of the build tree, installed in bindir
 bin_PROGRAMS += trainer
 trainer_SOURCES = examples/trainer.c examples/trainer.h examples/trainer_util.c \
-	examples/trainer_ckpt.c
+	examples/trainer_ckpt.c examples/trainer_pipe.c
 trainer_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/examples $(ZLIB_CFLAGS) $(trainer_cuda_cppflags)
 trainer_LDADD = examples/libtrainer.la libddpc.la $(ZLIB_LIBS) -lm
 
 TESTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh tests/slurm-faults.sh \
-	tests/trainer-resume.sh tests/trainer-sigint.sh tests/trainer-errors.sh tests/trainer-lock.sh
+	tests/trainer-resume.sh tests/trainer-sigint.sh tests/trainer-errors.sh tests/trainer-lock.sh \
+	tests/trainer-pipeline.sh
 dist_check_SCRIPTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh \
 	tests/slurm-faults.sh tests/trainer-resume.sh tests/trainer-sigint.sh tests/trainer-lock.sh \
-	tests/trainer-errors.sh
+	tests/trainer-errors.sh tests/trainer-pipeline.sh

@@ -38,6 +38,53 @@ size_t model_param_count(const model_spec_t *s)
     return n;
 }
 
+size_t model_layers_param_offset(const model_spec_t *s, int first)
+{
+    return model_layers_param_count(s, 0, first);
+}
+
+size_t model_layers_param_count(const model_spec_t *s, int first, int end)
+{
+    size_t n = 0;
+    for (int l = first; l < end; l++)
+        n += (size_t)model_layer_out(s, l) * ((size_t)model_layer_in(s, l) + 1);
+    return n;
+}
+
+double model_layer_flops(const model_spec_t *s, int l)
+{
+    return 2.0 * model_layer_in(s, l) * model_layer_out(s, l) * (l == 0 ? 2 : 3);
+}
+
+void model_partition(const model_spec_t *m, int S, int first[])
+{
+    const int L = model_num_layers(m);
+    double pre[MODEL_MAX_LAYERS + 1] = {0}; /* pre[i]: FLOPs of layers [0, i) */
+    for (int l = 0; l < L; l++)
+        pre[l + 1] = pre[l] + model_layer_flops(m, l);
+    /* best[s][i]: the smallest largest stage of layers [0, i) in s stages;
+       cut[s][i]: where its last stage starts */
+    double best[MODEL_MAX_LAYERS + 1][MODEL_MAX_LAYERS + 1];
+    int cut[MODEL_MAX_LAYERS + 1][MODEL_MAX_LAYERS + 1];
+    for (int i = 0; i <= L; i++)
+        best[1][i] = pre[i], cut[1][i] = 0;
+    for (int s = 2; s <= S; s++)
+        for (int i = s; i <= L; i++) {
+            best[s][i] = -1;
+            for (int j = s - 1; j < i; j++) { /* the last stage is [j, i) */
+                double last = pre[i] - pre[j];
+                double v = best[s - 1][j] > last ? best[s - 1][j] : last;
+                if (best[s][i] < 0 || v < best[s][i])
+                    best[s][i] = v, cut[s][i] = j;
+            }
+        }
+    first[S] = L;
+    for (int s = S, i = L; s >= 1; s--) {
+        first[s - 1] = s == 1 ? 0 : cut[s][i];
+        i = first[s - 1];
+    }
+}
+
 void model_describe(const model_spec_t *s, char *buf, size_t n)
 {
     int k = snprintf(buf, n, "%s %d", s->kind == MODEL_LINEAR ? "linear" : "mlp", s->inputs);

@@ -40,6 +40,18 @@ int model_num_params(const model_spec_t *s);
 /* name (room for 32 bytes), ndim and shape of parameter i. */
 void model_param_desc(const model_spec_t *s, int i, char *name, int *ndim, int64_t shape[2]);
 size_t model_param_count(const model_spec_t *s); /* total floats */
+/* Layers [first, end) of a pipeline stage: their parameters are the floats
+ * [offset, offset + count) of the model's arena (layers are stored in order). */
+size_t model_layers_param_offset(const model_spec_t *s, int first);
+size_t model_layers_param_count(const model_spec_t *s, int first, int end);
+/* Floating-point operations of layer l per sample in one training step: the
+ * forward GEMM, the weight-gradient GEMM and (not for layer 0) the
+ * input-gradient GEMM, 2 * in * out each. */
+double model_layer_flops(const model_spec_t *s, int l);
+/* The contiguous split of the L layers into S stages (1 <= S <= L) that
+ * minimizes the largest stage's model_layer_flops; first[s] is stage s's
+ * first layer, first[S] = L. Pure. */
+void model_partition(const model_spec_t *s, int S, int first[]);
 /* "mlp 784-1024-1024-10 (1863690 params)" */
 void model_describe(const model_spec_t *s, char *buf, size_t n);
 
@@ -70,6 +82,16 @@ typedef struct {
     model_precision_t precision;
     const double *loss_scale;    /* device memory: the optimizer's dynamic loss scale,
                                     which multiplies the loss gradient (fp16); NULL: 1 */
+    /* A pipeline stage (--pipeline-stages): the model computes layers
+     * [stage_first, stage_end) only; stage_end 0 means all layers (the whole
+     * model, the default). params and grads then hold the stage's parameters
+     * only (model_layers_param_count floats), and grad_ready's indices are the
+     * stage's own (0 = its first layer's weight). A stage that does not start
+     * at layer 0 takes the previous stage's activations (B, in(first)) as its
+     * input x; one that does not end at the last layer keeps its output after
+     * the ReLU, computes no loss, and its backward starts from the gradient
+     * the caller puts in output_grad. cpu only. */
+    int stage_first, stage_end;
 } model_place_t;
 
 /* Since the last stats call: what the forwards measured. */
@@ -114,6 +136,16 @@ typedef struct {
     int (*params_io)(model_t *m, float *host, int to_model);
     /* The message of the last -1 */
     const char *(*error)(model_t *m);
+    /* Pipeline stages (NULL where the device has none): a stage that is not
+     * the last: output is its last forward's output (B, out(stage_end-1)),
+     * output_grad the buffer (max_batch, out(stage_end-1)) that the caller
+     * fills with dloss/doutput before backward; a stage that is not the
+     * first: input_grad is dloss/dx (B, in(stage_first)) after backward.
+     * Host memory owned by the model, valid until its next forward or
+     * backward. upload's y may be NULL on a stage that is not the last. */
+    const float *(*output)(model_t *m);
+    float *(*output_grad)(model_t *m);
+    const float *(*input_grad)(model_t *m);
 } model_ops_t;
 
 extern const model_ops_t model_cpu_ops;

@@ -9,7 +9,14 @@
  *   act[0] = x                  (B, inputs)     the caller's, kept until backward
  *   act[l+1] = relu(act[l] W^T + b)  (B, out)   W (out, in) row-major as PyTorch's
  *   logits = act[L]             (B, classes)    no ReLU on the last layer
- *   prob = softmax(logits)      (B, classes) */
+ *   prob = softmax(logits)      (B, classes)
+ * A pipeline stage (model_place_t's stage_first, stage_end) computes layers
+ * [first, end) with the same calls, in the same order, on the same shapes
+ * as the whole model does for them: act[first] is the previous stage's
+ * output, a stage before the last ends at act[end] (after its ReLU) and its
+ * backward starts from gout; a stage after the first ends its backward with
+ * gin = dloss/dact[first] (the GEMM and the ReLU mask the whole model
+ * applies at that layer), which the previous stage continues from. */
 #include "model.h"
 
 #include <cblas.h>
@@ -21,12 +28,15 @@
 struct model {
     model_spec_t spec;
     int nlayers, max_batch, B; /* B: samples of the last forward */
+    int first, end;            /* the layers computed: [first, end) of nlayers */
     float *W[MODEL_MAX_LAYERS], *b[MODEL_MAX_LAYERS];   /* views into params */
     float *dW[MODEL_MAX_LAYERS], *db[MODEL_MAX_LAYERS]; /* views into grads */
     const float *act[MODEL_MAX_LAYERS + 1]; /* act[0] = x; act[l+1] in out[l] */
     float *out[MODEL_MAX_LAYERS];           /* (max_batch, out) each */
     float *prob;                            /* (max_batch, classes) */
     float *d0, *d1;                         /* (max_batch, widest) gradient ping-pong */
+    float *gout;                            /* end < nlayers: (max_batch, out(end-1)) */
+    const float *gin;                       /* first > 0: dloss/dx after backward */
     const float *x;                         /* the uploaded batch: the caller's x */
     int *y;                                 /* (max_batch,) its labels as ints */
     int nb;                                 /* its size */
@@ -88,6 +98,7 @@ static void cpu_destroy(model_t *m)
     free(m->prob);
     free(m->d0);
     free(m->d1);
+    free(m->gout);
     free(m->y);
     free(m);
 }
@@ -113,9 +124,17 @@ static model_t *cpu_create(const model_spec_t *s, const model_place_t *where, in
     m->spec = *s;
     m->nlayers = model_num_layers(s);
     m->max_batch = max_batch;
+    m->first = where ? where->stage_first : 0;
+    m->end = where && where->stage_end ? where->stage_end : m->nlayers;
+    if (m->first < 0 || m->first >= m->end || m->end > m->nlayers) {
+        snprintf(err, errlen, "model: stage of layers [%d, %d) out of range (%d layers)",
+                 m->first, m->end, m->nlayers);
+        free(m);
+        return NULL;
+    }
     size_t off = 0, widest = 0;
     int ok = 1;
-    for (int l = 0; l < m->nlayers; l++) {
+    for (int l = m->first; l < m->end; l++) {
         size_t in = (size_t)model_layer_in(s, l), out = (size_t)model_layer_out(s, l);
         m->W[l] = params + off;
         m->dW[l] = grads + off;
@@ -128,7 +147,11 @@ static model_t *cpu_create(const model_spec_t *s, const model_place_t *where, in
         ok = ok && (m->out[l] = malloc((size_t)max_batch * out * sizeof(float)));
     }
     size_t classes = (size_t)s->classes;
-    ok = ok && (m->prob = malloc((size_t)max_batch * classes * sizeof(float)));
+    if (m->end == m->nlayers)
+        ok = ok && (m->prob = malloc((size_t)max_batch * classes * sizeof(float)));
+    else
+        ok = ok && (m->gout = malloc((size_t)max_batch * (size_t)model_layer_out(s, m->end - 1) *
+                                     sizeof(float)));
     ok = ok && (m->d0 = malloc((size_t)max_batch * widest * sizeof(float)));
     ok = ok && (m->d1 = malloc((size_t)max_batch * widest * sizeof(float)));
     ok = ok && (m->y = malloc((size_t)max_batch * sizeof(int)));
@@ -147,13 +170,17 @@ static int cpu_upload(model_t *m, const float *x, const uint8_t *y, int B)
                  m->max_batch);
         return -1;
     }
-    for (int i = 0; i < B; i++) {
+    for (int i = 0; y && i < B; i++) {
         if (y[i] >= m->spec.classes) {
             snprintf(m->err, sizeof m->err, "model: label %d of sample %d is not in [0, %d)",
                      y[i], i, m->spec.classes);
             return -1;
         }
         m->y[i] = y[i];
+    }
+    if (!y && m->end == m->nlayers) {
+        snprintf(m->err, sizeof m->err, "model: the last stage needs the labels");
+        return -1;
     }
     m->x = x;
     m->nb = B;
@@ -169,8 +196,8 @@ static int cpu_forward(model_t *m)
         return -1;
     }
     m->B = B;
-    m->act[0] = m->x;
-    for (int l = 0; l < m->nlayers; l++) {
+    m->act[m->first] = m->x;
+    for (int l = m->first; l < m->end; l++) {
         const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
         float *o = m->out[l];
         for (int i = 0; i < B; i++) /* o = b, then o += act W^T */
@@ -181,6 +208,8 @@ static int cpu_forward(model_t *m)
             relu(o, (size_t)B * out);
         m->act[l + 1] = o;
     }
+    if (m->end < m->nlayers) /* a stage before the last: its output goes on */
+        return 0;
     /* softmax and cross-entropy, row by row */
     const float *logits = m->act[m->nlayers];
     double loss = 0;
@@ -217,11 +246,11 @@ static int cpu_stats(model_t *m, model_stats_t *st)
 
 static int cpu_params_io(model_t *m, float *host, int to_model)
 {
-    size_t n = model_param_count(&m->spec);
+    size_t n = model_layers_param_count(&m->spec, m->first, m->end);
     if (to_model)
-        memcpy(m->W[0], host, n * sizeof(float));
+        memcpy(m->W[m->first], host, n * sizeof(float));
     else
-        memcpy(host, m->W[0], n * sizeof(float));
+        memcpy(host, m->W[m->first], n * sizeof(float));
     return 0;
 }
 
@@ -230,25 +259,32 @@ static const char *cpu_error(model_t *m) { return m->err; }
 static int cpu_backward(model_t *m, double scale, model_grad_ready_fn cb, void *ctx)
 {
     const int B = m->B, C = m->spec.classes;
-    /* d = dloss/dlogits = (prob - onehot(y)) * scale / B */
+    /* d = dloss/dlogits = (prob - onehot(y)) * scale / B; a stage before the
+       last starts from the gradient of its output, which the next stage sent */
     float *d = m->d0, *dprev = m->d1;
-    const float k = (float)(scale / B);
-    for (int i = 0; i < B; i++) {
-        for (int c = 0; c < C; c++)
-            d[(size_t)i * C + c] = m->prob[(size_t)i * C + c] * k;
-        d[(size_t)i * C + m->y[i]] -= k;
+    if (m->end < m->nlayers) {
+        d = m->gout;
+        dprev = m->d0;
+    } else {
+        const float k = (float)(scale / B);
+        for (int i = 0; i < B; i++) {
+            for (int c = 0; c < C; c++)
+                d[(size_t)i * C + c] = m->prob[(size_t)i * C + c] * k;
+            d[(size_t)i * C + m->y[i]] -= k;
+        }
     }
-    for (int l = m->nlayers - 1; l >= 0; l--) {
+    const int p0 = 2 * m->first; /* grad_ready's indices are the stage's */
+    for (int l = m->end - 1; l >= m->first; l--) {
         const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
         /* db += sum over the batch of d */
         add_rows(m->db[l], d, B, out);
-        int rc = cb ? cb(ctx, 2 * l + 1) : 0;
+        int rc = cb ? cb(ctx, 2 * l + 1 - p0) : 0;
         if (rc)
             return rc;
         /* dW += d^T act[l]: (out, B) x (B, in) */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, d, out, m->act[l],
                     in, 1.0f, m->dW[l], in);
-        rc = cb ? cb(ctx, 2 * l) : 0;
+        rc = cb ? cb(ctx, 2 * l - p0) : 0;
         if (rc)
             return rc;
         if (l == 0)
@@ -257,13 +293,23 @@ static int cpu_backward(model_t *m, double scale, model_grad_ready_fn cb, void *
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, in, out, 1.0f, d, out, m->W[l],
                     in, 0.0f, dprev, in);
         relu_grad(dprev, m->act[l], (size_t)B * in);
+        if (l == m->first) { /* a later stage's first layer: the previous stage goes on */
+            m->gin = dprev;
+            break;
+        }
         float *t = d;
         d = dprev;
-        dprev = t;
+        /* from gout (not a ping-pong buffer) the next one is the other buffer */
+        dprev = t == m->gout ? m->d1 : t;
     }
     return 0;
 }
 
+static const float *cpu_output(model_t *m) { return m->act[m->end]; }
+static float *cpu_output_grad(model_t *m) { return m->gout; }
+static const float *cpu_input_grad(model_t *m) { return m->gin; }
+
 const model_ops_t model_cpu_ops = {"cpu",         cpu_create,   cpu_destroy,
                                    cpu_upload,    cpu_forward,  cpu_backward,
-                                   cpu_stats,     cpu_params_io, cpu_error};
+                                   cpu_stats,     cpu_params_io, cpu_error,
+                                   cpu_output,    cpu_output_grad, cpu_input_grad};

@@ -415,6 +415,13 @@ static model_t *cuda_create(const model_spec_t *s, const model_place_t *where, i
         snprintf(err, errlen, "model (cuda): no GPU given");
         return NULL;
     }
+    if (where->stage_first != 0 ||
+        (where->stage_end != 0 && where->stage_end != model_num_layers(s))) {
+        snprintf(err, errlen, "model (cuda): pipeline stages are not supported on cuda yet "
+                 "(layers %d-%d asked for); use --device cpu", where->stage_first,
+                 where->stage_end - 1);
+        return NULL;
+    }
     if (max_batch < 1 || s->nhidden < 0 || s->nhidden > MODEL_MAX_HIDDEN) {
         snprintf(err, errlen, "model (cuda): batch %d or %d hidden layers out of range",
                  max_batch, s->nhidden);

@@ -38,6 +38,9 @@ void options_default(options_t *o)
     o->precision = PRECISION_FP32;
     o->grad_dtype = DDPC_F32;
     o->stop_check_every = 1;
+    o->pipeline_stages = 1;
+    o->micro_batches = 1;
+    o->schedule = SCHEDULE_1F1B;
 }
 
 const char *options_usage(void)
@@ -70,6 +73,14 @@ const char *options_usage(void)
            "  --grad-dtype fp32|bf16|fp16  gradients on the wire of the all-reduce\n"
            "                        (default fp32)\n"
            "  --seed S              initialization and shuffling (default 42)\n"
+           "pipeline (doc/pipeline.md; cpu):\n"
+           "  --pipeline-stages S   split the layers over S consecutive ranks: the world is\n"
+           "                        (ranks / S) replicas x S stages (default 1: off)\n"
+           "  --micro-batches M     each replica's --batch-size in M micro-batches\n"
+           "                        (default 1; the same step as --grad-accum M with\n"
+           "                        --batch-size B/M)\n"
+           "  --schedule 1f1b|gpipe at most S micro-batches in flight, or all forwards\n"
+           "                        then all backwards (default 1f1b)\n"
            "checkpoints:\n"
            "  --ckpt-dir DIR|none   where checkpoints go (default checkpoints)\n"
            "  --ckpt-every STEPS    also every STEPS optimizer steps (default 0: at epoch\n"
@@ -164,7 +175,8 @@ static const char *const with_value[] = {
     "--data", "--model", "--hidden", "--epochs", "--max-steps", "--batch-size", "--optimizer",
     "--lr", "--momentum", "--weight-decay", "--grad-accum", "--clip", "--seed", "--ckpt-dir",
     "--ckpt-every", "--ckpt-keep", "--resume", "--metrics", "--device", "--log-every",
-    "--stop-check-every", "--threads", "--precision", "--grad-dtype", "--cuda-graph", NULL};
+    "--stop-check-every", "--threads", "--precision", "--grad-dtype", "--cuda-graph",
+    "--pipeline-stages", "--micro-batches", "--schedule", NULL};
 static const char *const flags[] = {"--help", "--print-crc-all", "--quiet", NULL};
 
 static int in_list(const char *const *list, const char *s)
@@ -178,6 +190,7 @@ static int in_list(const char *const *list, const char *s)
 int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
 {
     int hidden_given = 0, model_linear = o->model.kind == MODEL_LINEAR, wd_given = 0;
+    int ckpt_given = 0, ckpt_every_given = 0;
     model_spec_t hidden = o->model;
     for (int i = 1; i < argc; i++) {
         char name[64];
@@ -257,8 +270,10 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
             if (!*v)
                 return bad(err, n, "--ckpt-dir: expected a directory or none, got an empty string");
             o->ckpt_dir = strcmp(v, "none") ? v : NULL;
+            ckpt_given = o->ckpt_dir != NULL;
         } else if (!strcmp(name, "--ckpt-every")) {
             rc = get_i64(name, v, 0, INT64_MAX, &o->ckpt_every, err, n);
+            ckpt_every_given = 1;
         } else if (!strcmp(name, "--ckpt-keep")) {
             rc = get_int(name, v, 1, 1000000, &o->ckpt_keep, err, n);
         } else if (!strcmp(name, "--resume")) {
@@ -309,6 +324,17 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
                 o->grad_dtype = DDPC_F16;
             else
                 return bad(err, n, "--grad-dtype \"%s\": expected fp32, bf16 or fp16", v);
+        } else if (!strcmp(name, "--pipeline-stages")) {
+            rc = get_int(name, v, 1, MODEL_MAX_LAYERS, &o->pipeline_stages, err, n);
+        } else if (!strcmp(name, "--micro-batches")) {
+            rc = get_int(name, v, 1, 1 << 20, &o->micro_batches, err, n);
+        } else if (!strcmp(name, "--schedule")) {
+            if (!strcmp(v, "1f1b"))
+                o->schedule = SCHEDULE_1F1B;
+            else if (!strcmp(v, "gpipe"))
+                o->schedule = SCHEDULE_GPIPE;
+            else
+                return bad(err, n, "--schedule \"%s\": expected 1f1b or gpipe", v);
         } else if (!strcmp(name, "--threads")) {
             rc = get_int(name, v, 0, 4096, &o->threads, err, n);
         }
@@ -327,6 +353,36 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
     if (o->precision != PRECISION_FP32 && o->device == DEVICE_CPU)
         return bad(err, n, "--precision %s: needs --device cuda or auto (the cpu model computes "
                    "in fp32)", model_precision_name(o->precision));
+    if (o->pipeline_stages > 1 || o->micro_batches > 1) {
+        const int S = o->pipeline_stages, M = o->micro_batches;
+        if (S > model_num_layers(&o->model))
+            return bad(err, n, "--pipeline-stages %d: the model has %d layer(s), one stage needs "
+                       "at least one (more layers: --hidden W1,W2,...)", S,
+                       model_num_layers(&o->model));
+        if (o->grad_accum != 1)
+            return bad(err, n, "--grad-accum %d: with --pipeline-stages/--micro-batches the "
+                       "micro-batches are the accumulation (--micro-batches M --batch-size B "
+                       "steps as --grad-accum M --batch-size B/M)", o->grad_accum);
+        if (o->batch_size % M)
+            return bad(err, n, "--micro-batches %d: --batch-size %d does not divide into %d "
+                       "equal micro-batches", M, o->batch_size, M);
+        if (o->device == DEVICE_CUDA)
+            return bad(err, n, "--pipeline-stages/--micro-batches: the cuda model does not run "
+                       "pipelines yet (use --device cpu; --grad-accum accumulates on cuda)");
+        if (S > 1 && (ckpt_given || ckpt_every_given || o->resume == RESUME_FILE))
+            return bad(err, n, "%s: checkpoints of pipelines (--pipeline-stages %d) are not "
+                       "supported yet (doc/pipeline.md); leave --ckpt-dir, --ckpt-every and "
+                       "--resume FILE out, or pass --ckpt-dir none", ckpt_given ? "--ckpt-dir"
+                       : ckpt_every_given ? "--ckpt-every" : "--resume", S);
+        if (S > 1 && o->clip > 0)
+            return bad(err, n, "--clip: not supported with --pipeline-stages %d yet (the "
+                       "gradient norm is over the whole model, each stage holds a part)", S);
+        if (S > 1)
+            o->ckpt_dir = NULL; /* the default directory is not written */
+        o->pipe_batch = o->batch_size;
+        o->batch_size /= M;
+        o->grad_accum = M;
+    }
     if (o->lr < 0)
         o->lr = o->optimizer == DDPC_OPTIM_ADAMW ? 0.001 : 0.05;
     if (!wd_given)

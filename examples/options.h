@@ -24,6 +24,7 @@ enum {
 
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
 typedef enum { RESUME_AUTO = 0, RESUME_NEVER, RESUME_FILE } resume_mode_t;
+typedef enum { SCHEDULE_1F1B = 0, SCHEDULE_GPIPE } schedule_t;
 
 typedef struct {
     const char *data;        /* --data DIR: MNIST-format idx files */
@@ -51,6 +52,13 @@ typedef struct {
     int64_t log_every;       /* --log-every STEPS (0: about 10 lines per epoch) */
     int stop_check_every;    /* --stop-check-every K: steps between preemption votes */
     int threads;             /* --threads N: BLAS threads per rank (0: cores / local ranks) */
+    int pipeline_stages;     /* --pipeline-stages S: the layers split over S ranks (1: off) */
+    int micro_batches;       /* --micro-batches M: each replica's batch in M pieces */
+    int schedule;            /* --schedule: SCHEDULE_1F1B or SCHEDULE_GPIPE */
+    int pipe_batch;          /* pipelines (S > 1 or M > 1): --batch-size as given, the
+                                replica's batch; batch_size is then its micro-batch
+                                (B / M) and grad_accum is M, as the unsplit trainer
+                                with --grad-accum M runs it */
     int print_crc_all;       /* --print-crc-all: every rank prints its checksum */
     int quiet;               /* --quiet: no progress lines, summaries only */
     int help;                /* --help */

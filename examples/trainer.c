@@ -34,7 +34,6 @@
 /* Fashion-MNIST's pixel statistics (x / 255): features are (x/255 - mean) / std */
 #define PIXEL_MEAN 0.2860f
 #define PIXEL_STD 0.3530f
-#define EVAL_BATCH 1000
 /* --cuda-graph: eager steps before the first capture (cuBLASLt's plans,
  * NCCL's first collectives, the engine's missing-gradient check) */
 #define GRAPH_WARMUP 3
@@ -192,9 +191,13 @@ static int build_model(trainer_t *t)
     ddpc_ddp_config_t dc = DDPC_DDP_CONFIG_INIT;
     dc.compress = o->grad_dtype;
     dc.stream = t->stream;
-    if (ddpc_ddp_create(t->dcomm ? t->dcomm : t->comm, &dc, &t->ddp) != DDPC_OK)
+    /* a pipeline stage's engine: its own layers' parameters, over its replicas */
+    ddpc_comm_t ec = t->pipelined ? t->col : t->dcomm ? t->dcomm : t->comm;
+    if (ddpc_ddp_create(ec, &dc, &t->ddp) != DDPC_OK)
         return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
-    for (int i = 0; i < model_num_params(&o->model); i++) {
+    int p0 = t->pipelined ? 2 * t->first_layer[t->stage] : 0;
+    int p1 = t->pipelined ? 2 * t->first_layer[t->stage + 1] : model_num_params(&o->model);
+    for (int i = p0; i < p1; i++) {
         char name[32];
         int ndim;
         int64_t shape[2];
@@ -223,20 +226,27 @@ static int start_model(trainer_t *t)
         return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
     int max_batch = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
     model_place_t where = {t->gpu, t->stream, o->precision,
-                           ddpc_optim_loss_scale_device(t->optim)};
+                           ddpc_optim_loss_scale_device(t->optim), 0, 0};
     char err[512];
-    t->model = t->ops->create(&o->model, &where, max_batch, params, grads, err, sizeof err);
-    if (!t->model)
+    if (t->pipelined) {
+        if (tr_pipe_start(t, &where, params, grads))
+            return -1;
+    } else if (!(t->model = t->ops->create(&o->model, &where, max_batch, params, grads, err,
+                                           sizeof err))) {
         return tr_fail(t, "%s", err);
-    t->hparams = malloc(t->nparams * sizeof(float));
+    }
+    /* the whole model's on every rank (a pipeline's stage 0 gathers the checksum) */
+    t->hparams = malloc(model_param_count(&o->model) * sizeof(float));
     t->eval_x = malloc((size_t)EVAL_BATCH * ddpc_idx_dim(t->test) * sizeof(float));
     t->eval_y = malloc(EVAL_BATCH);
     t->eval_idx = malloc(EVAL_BATCH * sizeof(size_t));
     if (!t->hparams || !t->eval_x || !t->eval_y || !t->eval_idx)
         return tr_fail(t, "out of memory for batch buffers");
-    if (t->rank == 0) { /* the initial parameters; broadcast later */
+    if (t->replica == 0) { /* the initial parameters (a stage's share); broadcast later */
         model_init_params(&o->model, o->seed, t->hparams);
-        if (t->ops->params_io(t->model, t->hparams, 1))
+        size_t off = t->pipelined ? model_layers_param_offset(&o->model, t->first_layer[t->stage])
+                                  : 0;
+        if (t->ops->params_io(t->model, t->hparams + off, 1))
             return tr_fail(t, "%s", t->ops->error(t->model));
     }
     return 0;
@@ -248,7 +258,8 @@ static int start_data(trainer_t *t)
     sc.seed = t->opt.seed;
     sc.shuffle = 1;
     sc.drop_last = 0;
-    if (ddpc_sampler_create(ddpc_idx_count(t->train), t->rank, t->size,
+    /* replicas split the data; a pipeline's stages read the same batches */
+    if (ddpc_sampler_create(ddpc_idx_count(t->train), t->replica, t->R,
                             (size_t)t->opt.batch_size, &sc, &t->sampler) != DDPC_OK)
         return tr_fail(t, "%s", ddpc_sampler_last_error(t->sampler));
     if (ddpc_loader_create(t->train, t->sampler, NULL, &t->loader) != DDPC_OK)
@@ -266,8 +277,8 @@ static int start_data(trainer_t *t)
 static int evaluate(trainer_t *t)
 {
     size_t N = ddpc_idx_count(t->test);
-    size_t lo = N * (size_t)t->rank / (size_t)t->size;
-    size_t hi = N * (size_t)(t->rank + 1) / (size_t)t->size;
+    size_t lo = N * (size_t)t->replica / (size_t)t->R;
+    size_t hi = N * (size_t)(t->replica + 1) / (size_t)t->R;
     model_stats_t ms;
     if (t->ops->stats(t->model, &ms)) /* training's since the last log line: not ours */
         tr_model_fatal(t, "evaluation");
@@ -275,16 +286,25 @@ static int evaluate(trainer_t *t)
         size_t n = hi - b < EVAL_BATCH ? hi - b : EVAL_BATCH;
         for (size_t i = 0; i < n; i++)
             t->eval_idx[i] = b + i;
-        if (ddpc_idx_gather(t->test, t->eval_idx, n, t->eval_x, t->eval_y) != DDPC_OK)
+        /* a pipeline's middle stages read nothing */
+        int reads = t->stage == 0 || t->stage == t->S - 1;
+        if (reads && ddpc_idx_gather(t->test, t->eval_idx, n, t->eval_x, t->eval_y) != DDPC_OK)
             tr_fatal(t, "evaluation", ddpc_idx_last_error(t->test));
-        if (t->ops->upload(t->model, t->eval_x, t->eval_y, (int)n) || t->ops->forward(t->model))
+        if (t->pipelined)
+            tr_pipe_eval_forward(t, t->eval_x, t->eval_y, (int)n);
+        else if (t->ops->upload(t->model, t->eval_x, t->eval_y, (int)n) ||
+                 t->ops->forward(t->model))
             tr_model_fatal(t, "evaluation");
     }
     if (t->ops->stats(t->model, &ms))
         tr_model_fatal(t, "evaluation");
     double sums[2] = {ms.loss_samples, ms.correct}, total[2];
-    if (ddpc_allreduce(t->comm, sums, total, 2, DDPC_F64, DDPC_SUM) != DDPC_OK)
+    if (t->pipelined) {
+        tr_pipe_reduce(t, sums, 2);
+        memcpy(total, sums, sizeof total);
+    } else if (ddpc_allreduce(t->comm, sums, total, 2, DDPC_F64, DDPC_SUM) != DDPC_OK) {
         tr_fatal(t, "evaluation", ddpc_last_error(t->rt));
+    }
     t->test_loss = total[0] / (double)N;
     t->test_acc = total[1] / (double)N;
     t->eval_step = t->step;
@@ -370,6 +390,12 @@ static int graph_step(trainer_t *t, int n)
 static size_t step(trainer_t *t, int k, stats_t *st)
 {
     size_t used = 0;
+    if (t->pipelined) {
+        used = tr_pipe_step(t, k);
+        st->batches += k;
+        st->samples += (double)used;
+        return used;
+    }
     for (int m = 0; m < k; m++) {
         ddpc_batch_t b;
         if (ddpc_loader_next(t->loader, &b) != DDPC_OK)
@@ -443,11 +469,19 @@ static void log_progress(trainer_t *t, stats_t *st, int64_t step_in_epoch, doubl
                          double samples_epoch)
 {
     model_stats_t ms;
-    if (t->ops->stats(t->model, &ms))
+    if (t->pipelined) { /* the last stage's, gathered as its forwards ran */
+        ms = t->pstats;
+        memset(&t->pstats, 0, sizeof t->pstats);
+    } else if (t->ops->stats(t->model, &ms)) {
         tr_model_fatal(t, "log");
+    }
     double sums[4] = {ms.loss_sum, st->batches, ms.correct, st->samples}, g[4];
-    if (ddpc_allreduce(t->comm, sums, g, 4, DDPC_F64, DDPC_SUM) != DDPC_OK)
+    if (t->pipelined) {
+        tr_pipe_reduce(t, sums, 4);
+        memcpy(g, sums, sizeof g);
+    } else if (ddpc_allreduce(t->comm, sums, g, 4, DDPC_F64, DDPC_SUM) != DDPC_OK) {
         tr_fatal(t, "log", ddpc_last_error(t->rt));
+    }
     memset(st, 0, sizeof *st);
     if (t->rank != 0)
         return;
@@ -520,8 +554,8 @@ static run_t train_epoch(trainer_t *t)
             nanosleep(&(struct timespec){(time_t)sleep_s, (long)(fmod(sleep_s, 1.0) * 1e9)}, NULL);
         t->steps_run++;
         batches_left -= (size_t)k;
-        samples_epoch += s1.samples * t->size;
-        t->samples_run += s1.samples * t->size;
+        samples_epoch += s1.samples * t->R;
+        t->samples_run += s1.samples * t->R;
         st.batches += s1.batches, st.samples += s1.samples;
         int64_t in_epoch = t->steps_per_epoch - (int64_t)((batches_left + K - 1) / K);
         if (in_epoch % t->log_every == 0 || batches_left == 0)
@@ -582,6 +616,13 @@ int main(int argc, char **argv)
     }
     const options_t *o = &t->opt;
     int code = TRAINER_EXIT_ERROR;
+    t->S = 1, t->R = t->size, t->stage = 0, t->replica = t->rank;
+    t->first_layer[0] = 0, t->first_layer[1] = model_num_layers(&o->model);
+    t->pipelined = o->pipeline_stages > 1 || o->micro_batches > 1;
+    if (t->pipelined && tr_pipe_setup(t)) { /* the same on every rank */
+        code = TRAINER_EXIT_USAGE;
+        goto out;
+    }
 
     /* device, threads, data, model */
     device_kind_t dev;
@@ -610,6 +651,12 @@ int main(int argc, char **argv)
         dev = DEVICE_CPU;
         gpu = -1;
         snprintf(note, sizeof note, "--device auto: using the cpu (a rank has no usable GPU)");
+    }
+    if (dev == DEVICE_CUDA && t->pipelined) { /* --device cuda was refused with the options */
+        dev = DEVICE_CPU;
+        gpu = -1;
+        snprintf(note, sizeof note, "--device auto: using the cpu (pipelines run on the cpu "
+                 "only)");
     }
     if (dev == DEVICE_CPU && o->precision != PRECISION_FP32) {
         if (t->rank == 0)
@@ -687,9 +734,17 @@ int main(int argc, char **argv)
                ddpc_backend_name(ddpc_comm_backend(t->dcomm)),
                o->grad_dtype == DDPC_BF16 ? "bf16" : o->grad_dtype == DDPC_F16 ? "fp16" : "fp32");
     }
-    tr_say(t, "\ntrainer: model %s, %s lr %g, batch %d x %d rank(s) x %d accum, %lld steps/epoch\n",
-           desc, ddpc_optim_name((ddpc_optim_type_t)o->optimizer), o->lr, o->batch_size, t->size,
-           o->grad_accum, (long long)t->steps_per_epoch);
+    if (t->pipelined) {
+        char pd[1024];
+        tr_pipe_describe(t, pd, sizeof pd);
+        tr_say(t, "\ntrainer: model %s, %s lr %g, batch %d x %d replica(s) in %d micro-batch(es), "
+               "%lld steps/epoch\n%s\n", desc, ddpc_optim_name((ddpc_optim_type_t)o->optimizer),
+               o->lr, o->pipe_batch, t->R, o->micro_batches, (long long)t->steps_per_epoch, pd);
+    } else {
+        tr_say(t, "\ntrainer: model %s, %s lr %g, batch %d x %d rank(s) x %d accum, %lld "
+               "steps/epoch\n", desc, ddpc_optim_name((ddpc_optim_type_t)o->optimizer), o->lr,
+               o->batch_size, t->size, o->grad_accum, (long long)t->steps_per_epoch);
+    }
 
     /* the checkpoint handle's buffers (pinned and device memory on a GPU)
      * before the first collective: NCCL's kernels may still spin in the
@@ -766,7 +821,9 @@ int main(int argc, char **argv)
     if (t->eval_step != t->step)
         evaluate(t);
 
-    uint32_t crc = params_crc32(t);
+    uint32_t crc = t->pipelined ? tr_pipe_params_crc32(t) : params_crc32(t);
+    if (t->S > 1)
+        tr_pipe_report(t);
     double sps = t->train_s > 0 ? t->samples_run / t->train_s : 0;
     tr_say(t, "final: test_acc=%.4f test_loss=%.4f steps=%lld samples_per_s=%.0f params_crc32=%08x\n",
            t->test_acc, t->test_loss, (long long)t->step, sps, crc);
@@ -796,12 +853,16 @@ out:
     for (int i = 0; i < 2; i++)
         model_cuda_graph_free(t->graph_exec[i]);
 #endif
-    if (t->model)
+    if (t->pipelined)
+        tr_pipe_destroy(t);
+    else if (t->model)
         t->ops->destroy(t->model);
     ddpc_ckpt_destroy(t->ckpt); /* joins a writer still in flight (an error path) */
     ddpc_optim_destroy(t->optim);
     ddpc_ddp_destroy(t->ddp);
     ddpc_comm_destroy(t->dcomm);
+    ddpc_comm_destroy(t->row);
+    ddpc_comm_destroy(t->col);
 #ifdef TRAINER_HAVE_CUDA_MODEL
     model_cuda_close(t->stream);
 #endif

@@ -18,6 +18,8 @@
 #define TR_PRINTF(f, a)
 #endif
 
+#define EVAL_BATCH 1000 /* samples per evaluation forward */
+
 typedef struct {
     options_t opt;
     ddpc_t rt;
@@ -63,6 +65,23 @@ typedef struct {
     int64_t steps_run;
     double test_loss, test_acc;     /* of the last evaluation */
     int64_t eval_step;              /* step of the last evaluation (-1: none) */
+    /* data parallel over pipelines (trainer_pipe.c, doc/pipeline.md); the
+     * unsplit trainer is one stage: R = size, replica = rank */
+    int pipelined;                  /* --pipeline-stages > 1 or --micro-batches > 1 */
+    int S, R;                       /* stages, replicas: world = R x S, rank = replica*S + stage */
+    int stage, replica;
+    int first_layer[MODEL_MAX_LAYERS + 1]; /* stage s: layers [first_layer[s], first_layer[s+1]) */
+    ddpc_comm_t row;                /* this replica's pipeline (rank = stage): activations */
+    ddpc_comm_t col;                /* this stage's replicas (rank = replica): the engine */
+    int nslots;                     /* micro-batches whose activations this stage keeps */
+    model_t **slots;                /* (nslots,) models on the same arenas; slots[0] = model */
+    float **slot_x;                 /* stage > 0: (nslots,) inputs received (slot 0: EVAL_BATCH) */
+    float *step_x;                  /* stage 0: this step's micro-batches' inputs */
+    uint8_t *step_y;                /* last stage: their labels */
+    int *step_n;                    /* (M,) samples of each */
+    model_stats_t pstats;           /* last stage: the training forwards since the last
+                                       log, added in micro-batch order */
+    double pipe_wait_s;             /* seconds training steps waited for transfers */
 } trainer_t;
 
 /* ------------------------------------------------------------------ trainer_util.c */
@@ -91,6 +110,36 @@ void tr_metric(trainer_t *t, const char *fmt, ...) TR_PRINTF(2, 3);
 void tr_metrics_failed(trainer_t *t, int e);
 /* s as a JSON string literal, quotes included */
 const char *tr_json_str(const char *s, char *buf, size_t n);
+
+/* ------------------------------------------------------------------ trainer_pipe.c */
+/* Collective over the world, after options and before the model: checks the
+ * world's size against --pipeline-stages, makes the grid (row, col), splits
+ * the layers by FLOPs. 0, or -1 (said on rank 0; a usage error). */
+int tr_pipe_setup(trainer_t *t);
+/* "pipeline: 2 stages x 2 replicas (1f1b, ...); stage 0: layers 0-1 (...)" */
+void tr_pipe_describe(trainer_t *t, char *buf, size_t n);
+/* After the engine is built: the stage's models (one per micro-batch in
+ * flight) and buffers. 0, or -1 through tr_fail. */
+int tr_pipe_start(trainer_t *t, const model_place_t *where, float *params, float *grads);
+void tr_pipe_destroy(trainer_t *t);
+/* Collective over the world: one optimizer step of k micro-batches through
+ * the schedule. Returns the samples of the replica's batch. */
+size_t tr_pipe_step(trainer_t *t, int k);
+/* Collective over the pipeline: the forward of n evaluation samples, x on
+ * stage 0, y on the last stage (NULL elsewhere); the loss adds to the last
+ * stage's slot 0 stats. */
+void tr_pipe_eval_forward(trainer_t *t, const float *x, const uint8_t *y, int n);
+/* Collective over the world: sums of the last stage's v over the replicas
+ * (the same all-reduce the unsplit trainer makes over its R ranks), then on
+ * every rank. */
+void tr_pipe_reduce(trainer_t *t, double *v, int n);
+/* Collective over the world: CRC-32 of the whole model's parameters (in the
+ * model's order), gathered from the stages of each replica; every rank gets
+ * its replica's. */
+uint32_t tr_pipe_params_crc32(trainer_t *t);
+/* Collective over the world: each stage's measured bubble against the
+ * schedule's theory, said on rank 0. */
+void tr_pipe_report(trainer_t *t);
 
 /* ------------------------------------------------------------------ trainer_ckpt.c */
 /* The checkpoint handle (--ckpt-dir; read only for --resume FILE without

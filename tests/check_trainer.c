@@ -195,7 +195,7 @@ static void gradcheck(const model_spec_t *s, int B)
     for (int i = 0; i < B; i++)
         y[i] = (uint8_t)(i % s->classes);
     char err[128];
-    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL};
+    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL, 0, 0};
     model_t *m = model_cpu_ops.create(s, &cpu, B, params, grads, err, sizeof err);
     ck_assert_msg(m != NULL, "%s", err);
     ready_log_t rl = {{0}, 0};
@@ -248,6 +248,103 @@ START_TEST(grad_mlp)
 }
 END_TEST
 
+/* Pipeline stages: the whole model's forward and backward computed stage
+ * by stage, each stage's output handed on and its input gradient handed
+ * back, give bitwise the whole model's loss and gradients. */
+static void stages_exact(const model_spec_t *s, int S, const int *first, int B)
+{
+    size_t P = model_param_count(s);
+    float *params = malloc(P * sizeof(float)), *grads = calloc(P, sizeof(float));
+    float *sgrads = calloc(P, sizeof(float)); /* the stages' arenas, side by side */
+    float *x = malloc((size_t)B * s->inputs * sizeof(float));
+    uint8_t *y = malloc((size_t)B);
+    uint64_t r = 5;
+    model_init_params(s, 9, params);
+    for (int i = 0; i < B * s->inputs; i++)
+        x[i] = frand(&r);
+    for (int i = 0; i < B; i++)
+        y[i] = (uint8_t)(i * 7 % s->classes);
+    char err[128];
+    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL, 0, 0};
+    model_t *whole = model_cpu_ops.create(s, &cpu, B, params, grads, err, sizeof err);
+    ck_assert_msg(whole != NULL, "%s", err);
+    double correct, loss = loss_of(whole, x, y, B, &correct);
+    ck_assert_int_eq(model_cpu_ops.backward(whole, 0.25, NULL, NULL), 0);
+    model_t *st[MODEL_MAX_LAYERS];
+    for (int k = 0; k < S; k++) {
+        model_place_t w = cpu;
+        w.stage_first = first[k];
+        w.stage_end = first[k + 1];
+        size_t off = model_layers_param_offset(s, first[k]);
+        st[k] = model_cpu_ops.create(s, &w, B, params + off, sgrads + off, err, sizeof err);
+        ck_assert_msg(st[k] != NULL, "%s", err);
+    }
+    const float *a = x;
+    for (int k = 0; k < S; k++) {
+        ck_assert_int_eq(model_cpu_ops.upload(st[k], a, k == S - 1 ? y : NULL, B), 0);
+        ck_assert_int_eq(model_cpu_ops.forward(st[k]), 0);
+        if (k < S - 1)
+            a = model_cpu_ops.output(st[k]);
+    }
+    model_stats_t ms;
+    ck_assert_int_eq(model_cpu_ops.stats(st[S - 1], &ms), 0);
+    ck_assert(ms.loss_sum == loss && ms.correct == correct);
+    for (int k = S - 1; k >= 0; k--) {
+        if (k < S - 1)
+            memcpy(model_cpu_ops.output_grad(st[k]), model_cpu_ops.input_grad(st[k + 1]),
+                   (size_t)B * model_layer_out(s, first[k + 1] - 1) * sizeof(float));
+        ready_log_t rl = {{0}, 0};
+        ck_assert_int_eq(model_cpu_ops.backward(st[k], 0.25, log_ready, &rl), 0);
+        int np = 2 * (first[k + 1] - first[k]); /* the stage's own indices */
+        ck_assert_int_eq(rl.n, np);
+        for (int i = 0; i < np; i++)
+            ck_assert_int_eq(rl.order[i], np - 1 - i);
+    }
+    ck_assert_msg(memcmp(grads, sgrads, P * sizeof(float)) == 0,
+                  "the stages' gradients differ from the whole model's");
+    for (int k = 0; k < S; k++)
+        model_cpu_ops.destroy(st[k]);
+    model_cpu_ops.destroy(whole);
+    free(params);
+    free(grads);
+    free(sgrads);
+    free(x);
+    free(y);
+}
+
+START_TEST(pipeline_stages)
+{
+    model_spec_t s = {MODEL_MLP, 12, 4, 3, {9, 7, 5}};
+    const int two[] = {0, 2, 4}, three[] = {0, 1, 3, 4}, four[] = {0, 1, 2, 3, 4};
+    stages_exact(&s, 2, two, 6);
+    stages_exact(&s, 3, three, 5);
+    stages_exact(&s, 4, four, 3);
+}
+END_TEST
+
+START_TEST(pipeline_partition)
+{
+    int f[MODEL_MAX_LAYERS + 1];
+    model_spec_t a = {MODEL_MLP, 784, 10, 2, {256, 128}};
+    model_partition(&a, 2, f); /* layer 0 outweighs the others together */
+    ck_assert(f[0] == 0 && f[1] == 1 && f[2] == 3);
+    model_partition(&a, 3, f);
+    ck_assert(f[0] == 0 && f[1] == 1 && f[2] == 2 && f[3] == 3);
+    model_partition(&a, 1, f);
+    ck_assert(f[0] == 0 && f[1] == 3);
+    /* equal widths: layer 0 has no input gradient (2/3 of the others) */
+    model_spec_t b = {MODEL_MLP, 100, 100, 3, {100, 100, 100}};
+    model_partition(&b, 2, f); /* {0,1} {2,3}: 100k, 120k */
+    ck_assert(f[0] == 0 && f[1] == 2 && f[2] == 4);
+    options_t o;
+    PARSE_OK(&o, "--pipeline-stages", "2", "--micro-batches", "4", "--batch-size", "32");
+    ck_assert(o.batch_size == 8 && o.grad_accum == 4 && o.pipe_batch == 32 && !o.ckpt_dir);
+    ck_assert(o.schedule == SCHEDULE_1F1B);
+    PARSE_OK(&o, "--micro-batches", "2", "--batch-size", "32", "--schedule", "gpipe");
+    ck_assert(o.batch_size == 16 && o.grad_accum == 2 && o.ckpt_dir && o.schedule == SCHEDULE_GPIPE);
+}
+END_TEST
+
 START_TEST(model_layout)
 {
     model_spec_t s = {MODEL_MLP, 784, 10, 2, {1024, 1024}};
@@ -272,7 +369,8 @@ START_TEST(model_layout)
     float x[784] = {0};
     uint8_t y = 3, bad = 10;
     double correct = -1;
-    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL}, half = {-1, NULL, PRECISION_BF16, NULL};
+    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL, 0, 0},
+                  half = {-1, NULL, PRECISION_BF16, NULL, 0, 0};
     ck_assert_ptr_null(model_cpu_ops.create(&l, &half, 1, p, g, d, sizeof d));
     ck_assert_ptr_nonnull(strstr(d, "fp32 only"));
     model_t *m = model_cpu_ops.create(&l, &cpu, 1, p, g, d, sizeof d);
@@ -361,6 +459,8 @@ static Suite *trainer_suite(void)
     tcase_add_test(t, grad_linear);
     tcase_add_test(t, grad_mlp);
     tcase_add_test(t, model_layout);
+    tcase_add_test(t, pipeline_stages);
+    tcase_add_test(t, pipeline_partition);
     suite_add_tcase(s, t);
     t = tcase_create("devices");
     tcase_add_test(t, gpu_selection);

@@ -129,8 +129,8 @@ static void run(const char *name, const model_spec_t *s, model_precision_t prec,
         CU(cudaMemcpy(dscale, &scale, sizeof(double), cudaMemcpyHostToDevice));
     }
     char err[512];
-    model_place_t cw = {-1, NULL, PRECISION_FP32, NULL};
-    model_place_t gw = {device, stream, prec, dscale};
+    model_place_t cw = {-1, NULL, PRECISION_FP32, NULL, 0, 0};
+    model_place_t gw = {device, stream, prec, dscale, 0, 0};
     model_t *cm = model_cpu_ops.create(s, &cw, maxB, hp, cg, err, sizeof err);
     model_t *gm = model_cuda_ops.create(s, &gw, maxB, dp, dg, err, sizeof err);
     if (!cm || !gm) {

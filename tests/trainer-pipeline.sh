@@ -1,0 +1,111 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+# trainer-pipeline.sh: pipelines over data parallel (doc/pipeline.md):
+#  - bad pipeline options: exit 2 and one message naming the option
+#  - 1, 2 and 3 stages x 1 and 2 replicas, 1f1b and gpipe: the final line
+#    (test loss, accuracy, params_crc32 of the whole model) is bitwise the
+#    unsplit trainer's with --grad-accum M at the same replica count, over two
+#    epochs of a small subset (partial micro-batches and a short last step)
+#  - fewer micro-batches than stages; every rank reports its replica's checksum
+#  - SIGUSR1 to one rank: the whole pipeline stops at one step, exit 3
+. "$(dirname "$0")/lib.sh"
+TRAINER="$top_builddir/trainer"
+need_fmnist
+command -v python3 >/dev/null || skip "no python3 (makes the data subset)"
+
+# a subset of Fashion-MNIST: 204 training and 100 test samples, so that an
+# epoch ends inside a step (204 / 2 replicas = 102 = 12 micro-batches of 8
+# and one of 6; 13 = 3 steps of 4 and one of 1)
+SUB="$TMP/sub"
+python3 - "$DATA" "$SUB" <<'PY' || fail "cannot make the data subset"
+import gzip, os, struct, sys
+src, dst = sys.argv[1:]
+os.makedirs(dst)
+def rd(name):
+    p = os.path.join(src, name)
+    return gzip.open(p + ".gz").read() if os.path.exists(p + ".gz") else open(p, "rb").read()
+for split, n in (("train", 204), ("t10k", 100)):
+    img, lab = rd(split + "-images-idx3-ubyte"), rd(split + "-labels-idx1-ubyte")
+    _, _, r, c = struct.unpack(">IIII", img[:16])
+    open(os.path.join(dst, split + "-images-idx3-ubyte"), "wb").write(
+        struct.pack(">IIII", 0x803, n, r, c) + img[16:16 + n * r * c])
+    open(os.path.join(dst, split + "-labels-idx1-ubyte"), "wb").write(
+        struct.pack(">II", 0x801, n) + lab[8:8 + n])
+PY
+# 3 layers (784-32-16-10), 1 BLAS thread per rank (2 cores here)
+COMMON="--data $SUB --hidden 32,16 --threads 1 --seed 11 --epochs 2 --ckpt-dir none --quiet"
+
+# --- bad command lines: one message, from rank 0
+bad() { # PATTERN NP ARGS...: exit 2, PATTERN printed once
+    local pat=$1 np=$2 rc; shift 2
+    # shellcheck disable=SC2086
+    mpirun_t "$np" "$TRAINER" $COMMON "$@" >"$TMP/out" 2>&1; rc=$?
+    [ $rc -eq 2 ] || { cat "$TMP/out"; fail "$*: exit $rc, expected 2"; }
+    [ "$(grep -Ec -- "$pat" "$TMP/out")" -eq 1 ] || { cat "$TMP/out"; fail "$*: /$pat/ not printed once"; }
+    echo "ok (rc=2): $* -> $(grep -E -m1 -- "$pat" "$TMP/out")"
+}
+bad '^trainer: --pipeline-stages 4: the model has 3 layer' 1 --pipeline-stages 4
+bad '^trainer: --pipeline-stages 2: 3 rank\(s\) do not divide' 3 --pipeline-stages 2
+bad '^trainer: --micro-batches 3: --batch-size 32 does not divide' 1 --batch-size 32 --micro-batches 3
+bad '^trainer: --ckpt-dir: checkpoints of pipelines .* not supported yet' 2 --pipeline-stages 2 --ckpt-dir "$TMP/ck"
+bad '^trainer: --grad-accum 2: with --pipeline-stages' 2 --pipeline-stages 2 --grad-accum 2
+bad '^trainer: --schedule "zigzag": expected 1f1b or gpipe' 2 --pipeline-stages 2 --schedule zigzag
+bad '^trainer: --clip: not supported with --pipeline-stages 2' 2 --pipeline-stages 2 --clip 1
+
+# --- exactness: S stages x R replicas with M = 4 micro-batches against the
+# unsplit trainer's --grad-accum 4 (same samples per step)
+final() { sed -n 's/^final: \(test_acc=[^ ]* test_loss=[^ ]* steps=[0-9]*\) .*\(params_crc32=[0-9a-f]*\)$/\1 \2/p' "$1"; }
+for R in 1 2; do
+    mpirun_t $R "$TRAINER" $COMMON --batch-size 8 --grad-accum 4 >"$TMP/ref" 2>&1 \
+        || { cat "$TMP/ref"; fail "unsplit run on $R rank(s)"; }
+    ref=$(final "$TMP/ref")
+    [ -n "$ref" ] || { cat "$TMP/ref"; fail "no final line"; }
+    for S in 1 2 3; do
+        for sched in 1f1b gpipe; do
+            mpirun_t $((R * S)) "$TRAINER" $COMMON --batch-size 32 --micro-batches 4 \
+                --pipeline-stages $S --schedule $sched >"$TMP/p" 2>&1 \
+                || { cat "$TMP/p"; fail "$S stage(s) x $R replica(s) $sched"; }
+            got=$(final "$TMP/p")
+            [ "$got" = "$ref" ] || { cat "$TMP/p"; fail "$S stage(s) x $R replica(s) $sched: '$got', unsplit '$ref'"; }
+            if [ $S -gt 1 ]; then
+                grep -q "^pipeline: $S stage(s) x $R replica(s) ($sched, 4 micro-batch(es) of 8); stage 0: layer" "$TMP/p" \
+                    || { cat "$TMP/p"; fail "no pipeline line"; }
+                grep -q "^pipeline: bubble .* stage $((S - 1)) [0-9.]*%; theory (S-1)/(M+S-1) = " "$TMP/p" \
+                    || { cat "$TMP/p"; fail "no bubble line"; }
+            fi
+            echo "ok: $S stage(s) x $R replica(s) $sched = unsplit --grad-accum 4 ($got)"
+        done
+    done
+done
+
+# --- fewer micro-batches than stages; every rank prints its replica's checksum
+mpirun_t 2 "$TRAINER" $COMMON --batch-size 16 --grad-accum 2 >"$TMP/ref" 2>&1 || { cat "$TMP/ref"; fail "unsplit M=2"; }
+mpirun_t 6 "$TRAINER" $COMMON --batch-size 32 --micro-batches 2 --pipeline-stages 3 --print-crc-all \
+    >"$TMP/p" 2>&1 || { cat "$TMP/p"; fail "3 stages x 2 replicas, 2 micro-batches"; }
+[ "$(final "$TMP/p")" = "$(final "$TMP/ref")" ] || { cat "$TMP/p" "$TMP/ref"; fail "2 micro-batches on 3 stages differ"; }
+crc=$(sed -n 's/^final: .*params_crc32=\([0-9a-f]*\)$/\1/p' "$TMP/p")
+[ "$(grep -c "^rank [0-5]: params_crc32=$crc$" "$TMP/p")" -eq 6 ] || { cat "$TMP/p"; fail "ranks' checksums differ"; }
+echo "ok: 2 micro-batches on 3 stages x 2 replicas, every rank $crc"
+
+# --- a stop signal to one rank stops every stage of every replica at one step
+(export DDPC_TRAINER_TEST_STEP_SLEEP=0.02
+ mpirun_t 4 "$TRAINER" --data "$DATA" --hidden 32,16 --threads 1 --epochs 50 --log-every 5 \
+     --batch-size 16 --micro-batches 2 --pipeline-stages 2 --metrics "$TMP/s.jsonl" >"$TMP/s" 2>&1) &
+mpx=$!
+i=0
+until grep -q '"step":10,' "$TMP/s.jsonl" 2>/dev/null; do
+    sleep 0.1; i=$((i + 1)); [ $i -lt 600 ] || { kill $mpx; cat "$TMP/s"; fail "no progress"; }
+done
+descendants() { for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
+r3=""
+for p in $(descendants $mpx); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -Eq '^(PMI_RANK|OMPI_COMM_WORLD_RANK)=3$' && r3=$p
+done
+[ -n "$r3" ] || { kill $mpx; fail "cannot find rank 3"; }
+kill -USR1 "$r3"
+wait $mpx; rc=$?
+cat "$TMP/s"
+[ $rc -eq 3 ] || fail "signalled pipeline: exit $rc, expected 3"
+grep -q '^trainer: stop signal: stopping at step' "$TMP/s" || fail "no stop message"
+grep -q '^trainer: no checkpoint written' "$TMP/s" || fail "no word on the checkpoint"
+echo "ok: SIGUSR1 to rank 3 stopped the pipelines together"
