@@ -39,7 +39,10 @@ static int ctrl_by_kvs(const struct ddpc_comm *c)
 
 #ifdef DDPC_HAVE_CUDA
 /* Through the device: the bytes to c->ctrl, a collective of c, back. The
- * piece each rank sends is at most CTRL_BYTES / (size + 1) bytes. */
+ * piece each rank sends is at most CTRL_BYTES / (size + 1) bytes. The copies
+ * go on c's stream, in order with the collective (a synchronous cudaMemcpy
+ * runs on the legacy stream, which a non-blocking c->stream does not wait
+ * for). */
 static ddpc_status_t ctrl_dev(struct ddpc_comm *c, const void *mine, void *all, size_t bytes,
                               int root)
 {
@@ -48,28 +51,34 @@ static ddpc_status_t ctrl_dev(struct ddpc_comm *c, const void *mine, void *all, 
     if (!dev || piece == 0)
         return ddpc_err(c->rt, DDPC_ERR_STATE, MOD, "control message on a device communicator "
                         "of %d ranks without its control buffer", c->size);
+    cudaStream_t strm = (cudaStream_t)c->stream;
     cudaError_t e = cudaSetDevice(c->device);
     ddpc_status_t st = DDPC_OK;
     for (size_t off = 0; e == cudaSuccess && st == DDPC_OK && (off < bytes || !bytes); off += piece) {
         size_t n = bytes - off < piece ? bytes - off : piece;
         if (root < 0) { /* allgather: rank r's bytes at r * bytes + off of all */
-            if ((e = cudaMemcpy(send, (const char *)mine + off, n, cudaMemcpyHostToDevice)))
+            if ((e = cudaMemcpyAsync(send, (const char *)mine + off, n, cudaMemcpyHostToDevice,
+                                     strm)))
                 break;
             if ((st = ddpc_allgather(c, send, dev, n, DDPC_U8)))
                 break;
-            if ((e = cudaStreamSynchronize((cudaStream_t)c->stream)))
+            if ((e = cudaStreamSynchronize(strm)))
                 break;
-            e = cudaMemcpy2D((char *)all + off, bytes, dev, n, n, (size_t)c->size,
-                             cudaMemcpyDeviceToHost);
+            if ((e = cudaMemcpy2DAsync((char *)all + off, bytes, dev, n, n, (size_t)c->size,
+                                       cudaMemcpyDeviceToHost, strm)))
+                break;
+            e = cudaStreamSynchronize(strm);
         } else { /* broadcast of all[0..bytes) from root */
             if (c->rank == root &&
-                (e = cudaMemcpy(dev, (char *)all + off, n, cudaMemcpyHostToDevice)))
+                (e = cudaMemcpyAsync(dev, (char *)all + off, n, cudaMemcpyHostToDevice, strm)))
                 break;
             if ((st = ddpc_broadcast(c, dev, n, DDPC_U8, root)))
                 break;
-            if ((e = cudaStreamSynchronize((cudaStream_t)c->stream)))
+            if ((e = cudaStreamSynchronize(strm)))
                 break;
-            e = cudaMemcpy((char *)all + off, dev, n, cudaMemcpyDeviceToHost);
+            if ((e = cudaMemcpyAsync((char *)all + off, dev, n, cudaMemcpyDeviceToHost, strm)))
+                break;
+            e = cudaStreamSynchronize(strm);
         }
         if (!bytes)
             break;
