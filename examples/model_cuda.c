@@ -768,7 +768,8 @@ static const char *cuda_error(model_t *m) { return m->err; }
 
 const model_ops_t model_cuda_ops = {"cuda",       cuda_create,    cuda_destroy,
                                     cuda_upload,  cuda_forward,   cuda_backward,
-                                    cuda_stats,   cuda_params_io, cuda_error};
+                                    cuda_stats,   cuda_params_io, cuda_error,
+                                    NULL,         NULL,           NULL}; /* no stages */
 
 int model_cuda_device_count(void)
 {
