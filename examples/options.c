@@ -190,7 +190,6 @@ static int in_list(const char *const *list, const char *s)
 int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
 {
     int hidden_given = 0, model_linear = o->model.kind == MODEL_LINEAR, wd_given = 0;
-    int ckpt_given = 0, ckpt_every_given = 0;
     model_spec_t hidden = o->model;
     for (int i = 1; i < argc; i++) {
         char name[64];
@@ -270,10 +269,8 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
             if (!*v)
                 return bad(err, n, "--ckpt-dir: expected a directory or none, got an empty string");
             o->ckpt_dir = strcmp(v, "none") ? v : NULL;
-            ckpt_given = o->ckpt_dir != NULL;
         } else if (!strcmp(name, "--ckpt-every")) {
             rc = get_i64(name, v, 0, INT64_MAX, &o->ckpt_every, err, n);
-            ckpt_every_given = 1;
         } else if (!strcmp(name, "--ckpt-keep")) {
             rc = get_int(name, v, 1, 1000000, &o->ckpt_keep, err, n);
         } else if (!strcmp(name, "--resume")) {
@@ -369,16 +366,9 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
         if (o->device == DEVICE_CUDA)
             return bad(err, n, "--pipeline-stages/--micro-batches: the cuda model does not run "
                        "pipelines yet (use --device cpu; --grad-accum accumulates on cuda)");
-        if (S > 1 && (ckpt_given || ckpt_every_given || o->resume == RESUME_FILE))
-            return bad(err, n, "%s: checkpoints of pipelines (--pipeline-stages %d) are not "
-                       "supported yet (doc/pipeline.md); leave --ckpt-dir, --ckpt-every and "
-                       "--resume FILE out, or pass --ckpt-dir none", ckpt_given ? "--ckpt-dir"
-                       : ckpt_every_given ? "--ckpt-every" : "--resume", S);
         if (S > 1 && o->clip > 0)
             return bad(err, n, "--clip: not supported with --pipeline-stages %d yet (the "
                        "gradient norm is over the whole model, each stage holds a part)", S);
-        if (S > 1)
-            o->ckpt_dir = NULL; /* the default directory is not written */
         o->pipe_batch = o->batch_size;
         o->batch_size /= M;
         o->grad_accum = M;

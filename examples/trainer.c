@@ -857,7 +857,7 @@ out:
         tr_pipe_destroy(t);
     else if (t->model)
         t->ops->destroy(t->model);
-    ddpc_ckpt_destroy(t->ckpt); /* joins a writer still in flight (an error path) */
+    tr_close_checkpoints(t); /* joins a writer still in flight (an error path) */
     ddpc_optim_destroy(t->optim);
     ddpc_ddp_destroy(t->ddp);
     ddpc_comm_destroy(t->dcomm);

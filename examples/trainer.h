@@ -41,6 +41,9 @@ typedef struct {
     ddpc_sampler_t sampler;
     ddpc_loader_t loader;
     ddpc_ckpt_t ckpt;               /* NULL: no checkpoints */
+    ddpc_ddp_t full_ddp;            /* pipelines: the whole model's engine over the world,
+                                       for checkpoints only (trainer_ckpt.c) */
+    ddpc_optim_t full_optim;
     FILE *metrics;
     int metrics_errno;              /* the first write error of --metrics (0: none) */
     char err[1024];                 /* this rank's failure, said by fail() */
@@ -145,6 +148,8 @@ void tr_pipe_report(trainer_t *t);
 /* The checkpoint handle (--ckpt-dir; read only for --resume FILE without
  * one), with the trainer's attributes. 0, or -1 through tr_fail. */
 int tr_open_checkpoints(trainer_t *t);
+/* The handle and, for pipelines, the whole model's engine it saves (not collective). */
+void tr_close_checkpoints(trainer_t *t);
 /* Collective, before training: the directory made, checked and locked
  * (ddpc_ckpt_prepare), the last run's stop marker removed. 0, or -1 (said
  * on rank 0). */

@@ -8,7 +8,139 @@
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* ------------------------------------------------------------------ pipelines */
+/* A pipeline's checkpoint (--pipeline-stages > 1) is the file an unsplit run
+ * writes: the whole model under its own names, its optimizer state, so that
+ * it resumes on any layout (doc/pipeline.md). Every rank keeps an engine of
+ * the whole model over the world with an optimizer of the same kind: their
+ * arenas only (they never reduce or step; the model's size again per rank).
+ * Before a save, the stages of replica 0 send their parameters and
+ * optimizer state, packed in the model's order, to world rank 0 (stage 0 of
+ * replica 0), which writes them; a load fills every rank's copy, and each
+ * stage takes its layers' share. */
+
+/* the stage's parameters: [p0, p1) of the model's */
+static void stage_params(const trainer_t *t, int s, int *p0, int *p1)
+{
+    *p0 = 2 * t->first_layer[s];
+    *p1 = 2 * t->first_layer[s + 1];
+}
+
+static int pipe_ckpt_open(trainer_t *t)
+{
+    const options_t *o = &t->opt;
+    if (ddpc_ddp_create(t->comm, NULL, &t->full_ddp) != DDPC_OK)
+        return tr_fail(t, "%s", ddpc_ddp_last_error(t->full_ddp));
+    for (int i = 0; i < model_num_params(&o->model); i++) {
+        char name[32];
+        int ndim;
+        int64_t shape[2];
+        model_param_desc(&o->model, i, name, &ndim, shape);
+        if (ddpc_ddp_add_param(t->full_ddp, name, ndim, shape, NULL) != DDPC_OK)
+            return tr_fail(t, "%s", ddpc_ddp_last_error(t->full_ddp));
+    }
+    if (ddpc_ddp_build(t->full_ddp) != DDPC_OK) /* collective over the world */
+        return tr_fail(t, "%s", ddpc_ddp_last_error(t->full_ddp));
+    ddpc_optim_config_t oc = *ddpc_optim_config(t->optim);
+    if (ddpc_optim_create(t->full_ddp, &oc, &t->full_optim) != DDPC_OK)
+        return tr_fail(t, "%s", ddpc_ddp_last_error(t->full_ddp));
+    return 0;
+}
+
+/* dir 1: the stage's tensors (parameters, then each optimizer state) into
+ * buf, packed; 0: back from buf. The whole model's engine (full) when
+ * full_s >= 0: stage full_s's share of it. Returns the floats moved. */
+static size_t pack(trainer_t *t, int full_s, float *buf, int dir)
+{
+    ddpc_ddp_t d = full_s >= 0 ? t->full_ddp : t->ddp;
+    ddpc_optim_t op = full_s >= 0 ? t->full_optim : t->optim;
+    int p0, p1;
+    stage_params(t, full_s >= 0 ? full_s : t->stage, &p0, &p1);
+    const int base = full_s >= 0 ? p0 : 0, nst = ddpc_optim_num_states(op);
+    size_t k = 0;
+    for (int a = -1; a < nst; a++) {
+        float *arena = a < 0 ? ddpc_ddp_params(d, NULL) : ddpc_optim_state(op, a, NULL);
+        for (int i = p0; i < p1; i++) {
+            ddpc_param_info_t pi;
+            ddpc_ddp_param_info(d, base + i - p0, &pi);
+            if (buf && dir)
+                memcpy(buf + k, arena + pi.offset, pi.numel * sizeof *buf);
+            else if (buf)
+                memcpy(arena + pi.offset, buf + k, pi.numel * sizeof *buf);
+            k += pi.numel;
+        }
+    }
+    return k;
+}
+
+/* Collective over the world, before a save: world rank 0's whole-model
+ * copy holds every stage's tensors; every rank's copy of the optimizer the
+ * counters (the same on every stage: every stage steps every step). */
+static int pipe_ckpt_collect(trainer_t *t)
+{
+    ddpc_optim_set_steps(t->full_optim, ddpc_optim_steps(t->optim));
+    ddpc_optim_set_lr(t->full_optim, ddpc_optim_config(t->optim)->lr);
+    ddpc_optim_set_loss_scale(t->full_optim, ddpc_optim_loss_scale(t->optim));
+    ddpc_optim_set_scale_good_steps(t->full_optim, ddpc_optim_scale_good_steps(t->optim));
+    if (t->replica != 0)
+        return 0;
+    size_t most = 0;
+    for (int s = 0; s < t->S; s++) {
+        size_t k = pack(t, s, NULL, 1);
+        most = k > most ? k : most;
+    }
+    float *buf = malloc(most * sizeof *buf);
+    int rc = buf ? 0 : tr_fail(t, "checkpoint: no memory for %zu floats", most);
+    for (int s = 0; rc == 0 && s < t->S; s++) {
+        if (t->stage == 0) { /* world rank 0: its own, then each stage's */
+            if (s > 0 && ddpc_recv(t->row, buf, pack(t, s, NULL, 1), DDPC_F32, s) != DDPC_OK)
+                rc = tr_fail(t, "checkpoint: stage %d's tensors: %s", s, ddpc_last_error(t->rt));
+            else if (s == 0)
+                pack(t, -1, buf, 1);
+            if (rc == 0)
+                pack(t, s, buf, 0);
+        } else if (s == t->stage) {
+            size_t k = pack(t, -1, buf, 1);
+            if (ddpc_send(t->row, buf, k, DDPC_F32, 0) != DDPC_OK)
+                rc = tr_fail(t, "checkpoint: sending stage %d's tensors: %s", s,
+                             ddpc_last_error(t->rt));
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+/* After a load (every rank's whole-model copy holds the file): this
+ * stage's share into its engine and optimizer. */
+static int pipe_ckpt_take(trainer_t *t)
+{
+    float *buf = malloc(pack(t, t->stage, NULL, 1) * sizeof *buf);
+    if (!buf)
+        return tr_fail(t, "resume: no memory for the stage's tensors");
+    pack(t, t->stage, buf, 1);
+    pack(t, -1, buf, 0);
+    free(buf);
+    ddpc_optim_set_steps(t->optim, ddpc_optim_steps(t->full_optim));
+    ddpc_optim_set_lr(t->optim, ddpc_optim_config(t->full_optim)->lr);
+    ddpc_optim_set_loss_scale(t->optim, ddpc_optim_loss_scale(t->full_optim));
+    ddpc_optim_set_scale_good_steps(t->optim, ddpc_optim_scale_good_steps(t->full_optim));
+    return 0;
+}
+
+void tr_close_checkpoints(trainer_t *t)
+{
+    ddpc_ckpt_destroy(t->ckpt); /* joins a writer still in flight (an error path) */
+    t->ckpt = NULL;
+    ddpc_optim_destroy(t->full_optim);
+    ddpc_ddp_destroy(t->full_ddp);
+    t->full_optim = NULL;
+    t->full_ddp = NULL;
+}
+
+/* ------------------------------------------------------------------ the handle */
 
 int tr_open_checkpoints(trainer_t *t)
 {
@@ -24,7 +156,11 @@ int tr_open_checkpoints(trainer_t *t)
         return 0;
     }
     c.keep = o->ckpt_keep;
-    if (ddpc_ckpt_create(t->ddp, t->optim, &c, &t->ckpt) != DDPC_OK)
+    const int whole = t->pipelined && t->S > 1; /* a stage holds a part of the model */
+    if (whole && tr_agree(t, pipe_ckpt_open(t)))
+        return -1;
+    if (ddpc_ckpt_create(whole ? t->full_ddp : t->ddp, whole ? t->full_optim : t->optim, &c,
+                         &t->ckpt) != DDPC_OK)
         return tr_fail(t, "%s", ddpc_ckpt_last_error(t->ckpt));
     char desc[128];
     model_describe(&o->model, desc, sizeof desc);
@@ -119,6 +255,8 @@ int tr_resume(trainer_t *t)
                             "checkpoint\n", path);
         return -1;
     }
+    if (t->full_ddp && tr_agree(t, pipe_ckpt_take(t)))
+        return -1;
     t->step = (int64_t)m.step;
     t->saved_step = t->step;
     ddpc_sampler_state_t s = {m.sampler_seed, m.sampler_epoch, m.sampler_consumed,
@@ -177,6 +315,8 @@ int tr_save_checkpoint(trainer_t *t, const char *why, int last)
     m.sampler_shuffle = s.shuffle;
     m.sampler_drop_last = s.drop_last;
     double t0 = tr_now();
+    if (t->full_ddp && tr_agree(t, pipe_ckpt_collect(t)))
+        return -1;
     if (ddpc_ckpt_save(t->ckpt, &m) != DDPC_OK) { /* rank 0's status on every rank */
         if (t->rank == 0)
             fprintf(stderr, "%s\n", ddpc_ckpt_last_error(t->ckpt));

@@ -338,7 +338,7 @@ START_TEST(pipeline_partition)
     ck_assert(f[0] == 0 && f[1] == 2 && f[2] == 4);
     options_t o;
     PARSE_OK(&o, "--pipeline-stages", "2", "--micro-batches", "4", "--batch-size", "32");
-    ck_assert(o.batch_size == 8 && o.grad_accum == 4 && o.pipe_batch == 32 && !o.ckpt_dir);
+    ck_assert(o.batch_size == 8 && o.grad_accum == 4 && o.pipe_batch == 32 && o.ckpt_dir);
     ck_assert(o.schedule == SCHEDULE_1F1B);
     PARSE_OK(&o, "--micro-batches", "2", "--batch-size", "32", "--schedule", "gpipe");
     ck_assert(o.batch_size == 16 && o.grad_accum == 2 && o.ckpt_dir && o.schedule == SCHEDULE_GPIPE);

@@ -7,7 +7,10 @@
 #    unsplit trainer's with --grad-accum M at the same replica count, over two
 #    epochs of a small subset (partial micro-batches and a short last step)
 #  - fewer micro-batches than stages; every rank reports its replica's checksum
-#  - SIGUSR1 to one rank: the whole pipeline stops at one step, exit 3
+#  - checkpoints: a pipeline's (2 stages) resumes unsplit, an unsplit run's
+#    resumes on 3 stages, a pipeline's on another stage count, each ending
+#    bitwise where the uninterrupted unsplit run ends
+#  - SIGUSR1 to one rank: the whole pipeline checkpoints and stops at one step, exit 3
 . "$(dirname "$0")/lib.sh"
 TRAINER="$top_builddir/trainer"
 need_fmnist
@@ -47,7 +50,6 @@ bad() { # PATTERN NP ARGS...: exit 2, PATTERN printed once
 bad '^trainer: --pipeline-stages 4: the model has 3 layer' 1 --pipeline-stages 4
 bad '^trainer: --pipeline-stages 2: 3 rank\(s\) do not divide' 3 --pipeline-stages 2
 bad '^trainer: --micro-batches 3: --batch-size 32 does not divide' 1 --batch-size 32 --micro-batches 3
-bad '^trainer: --ckpt-dir: checkpoints of pipelines .* not supported yet' 2 --pipeline-stages 2 --ckpt-dir "$TMP/ck"
 bad '^trainer: --grad-accum 2: with --pipeline-stages' 2 --pipeline-stages 2 --grad-accum 2
 bad '^trainer: --schedule "zigzag": expected 1f1b or gpipe' 2 --pipeline-stages 2 --schedule zigzag
 bad '^trainer: --clip: not supported with --pipeline-stages 2' 2 --pipeline-stages 2 --clip 1
@@ -60,6 +62,7 @@ for R in 1 2; do
         || { cat "$TMP/ref"; fail "unsplit run on $R rank(s)"; }
     ref=$(final "$TMP/ref")
     [ -n "$ref" ] || { cat "$TMP/ref"; fail "no final line"; }
+    [ $R -eq 1 ] && ref1=$ref
     for S in 1 2 3; do
         for sched in 1f1b gpipe; do
             mpirun_t $((R * S)) "$TRAINER" $COMMON --batch-size 32 --micro-batches 4 \
@@ -87,10 +90,39 @@ crc=$(sed -n 's/^final: .*params_crc32=\([0-9a-f]*\)$/\1/p' "$TMP/p")
 [ "$(grep -c "^rank [0-5]: params_crc32=$crc$" "$TMP/p")" -eq 6 ] || { cat "$TMP/p"; fail "ranks' checksums differ"; }
 echo "ok: 2 micro-batches on 3 stages x 2 replicas, every rank $crc"
 
+
+# --- checkpoints in the unsplit format: the first epoch on one layout, the
+# second resumed on another, against the uninterrupted unsplit run (ref1)
+CK="${COMMON% --ckpt-dir none --quiet} --quiet"
+resumed() { # NAME NP1 ARGS1 -- NP2 ARGS2
+    local name=$1 np1=$2 a1 np2 a2; shift 2
+    a1=""; while [ "$1" != "--" ]; do a1="$a1 $1"; shift; done; shift
+    np2=$1; shift; a2="$*"
+    rm -rf "$TMP/ck"
+    # shellcheck disable=SC2086
+    mpirun_t "$np1" "$TRAINER" $CK --epochs 1 --ckpt-dir "$TMP/ck" $a1 >"$TMP/c1" 2>&1 \
+        || { cat "$TMP/c1"; fail "$name: first epoch"; }
+    ls "$TMP/ck"/ckpt-*.h5 >/dev/null 2>&1 || { cat "$TMP/c1"; fail "$name: no checkpoint"; }
+    # shellcheck disable=SC2086
+    mpirun_t "$np2" "$TRAINER" $CK --epochs 2 --ckpt-dir "$TMP/ck" $a2 >"$TMP/c2" 2>&1 \
+        || { cat "$TMP/c2"; fail "$name: resumed"; }
+    grep -q "^trainer: resumed from " "$TMP/c2" || { cat "$TMP/c2"; fail "$name: did not resume"; }
+    got=$(final "$TMP/c2")
+    [ "$got" = "$ref1" ] || { cat "$TMP/c1" "$TMP/c2"; fail "$name: '$got', uninterrupted '$ref1'"; }
+    echo "ok: $name ends where the uninterrupted run ends ($got)"
+}
+resumed "2 stages -> unsplit" 2 --batch-size 32 --micro-batches 4 --pipeline-stages 2 \
+    -- 1 --batch-size 8 --grad-accum 4
+resumed "unsplit -> 3 stages" 1 --batch-size 8 --grad-accum 4 \
+    -- 3 --batch-size 32 --micro-batches 4 --pipeline-stages 3
+resumed "3 stages gpipe -> 2 stages 1f1b" 3 --batch-size 32 --micro-batches 4 --pipeline-stages 3 --schedule gpipe \
+    -- 2 --batch-size 32 --micro-batches 4 --pipeline-stages 2
+
 # --- a stop signal to one rank stops every stage of every replica at one step
 (export DDPC_TRAINER_TEST_STEP_SLEEP=0.02
  mpirun_t 4 "$TRAINER" --data "$DATA" --hidden 32,16 --threads 1 --epochs 50 --log-every 5 \
-     --batch-size 16 --micro-batches 2 --pipeline-stages 2 --metrics "$TMP/s.jsonl" >"$TMP/s" 2>&1) &
+     --batch-size 16 --micro-batches 2 --pipeline-stages 2 --metrics "$TMP/s.jsonl" \
+     --ckpt-dir "$TMP/stop" >"$TMP/s" 2>&1) &
 mpx=$!
 i=0
 until grep -q '"step":10,' "$TMP/s.jsonl" 2>/dev/null; do
@@ -107,5 +139,5 @@ wait $mpx; rc=$?
 cat "$TMP/s"
 [ $rc -eq 3 ] || fail "signalled pipeline: exit $rc, expected 3"
 grep -q '^trainer: stop signal: stopping at step' "$TMP/s" || fail "no stop message"
-grep -q '^trainer: no checkpoint written' "$TMP/s" || fail "no word on the checkpoint"
-echo "ok: SIGUSR1 to rank 3 stopped the pipelines together"
+grep -q "^checkpoint: $TMP/stop/ckpt-[0-9]*.h5 (stop signal" "$TMP/s" || fail "no checkpoint of the stop"
+echo "ok: SIGUSR1 to rank 3 stopped the pipelines together, with one checkpoint of every stage"
