@@ -8,7 +8,8 @@
  * Exactness: every micro-batch goes through the same per-layer calls as in
  * the unsplit model, and backwards run in micro-batch order on every stage,
  * so the step is bitwise the unsplit trainer's with --grad-accum M.
- * Not here: the host loop (trainer.c), checkpoints of pipelines (refused). */
+ * Not here: the host loop (trainer.c), checkpoints of pipelines
+ * (trainer_ckpt.c: the whole model through world rank 0). */
 #include "trainer.h"
 
 #include <stdlib.h>
