@@ -195,16 +195,10 @@ static int build_model(trainer_t *t)
     ddpc_comm_t ec = t->pipelined ? t->col : t->dcomm ? t->dcomm : t->comm;
     if (ddpc_ddp_create(ec, &dc, &t->ddp) != DDPC_OK)
         return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
-    int p0 = t->pipelined ? 2 * t->first_layer[t->stage] : 0;
-    int p1 = t->pipelined ? 2 * t->first_layer[t->stage + 1] : model_num_params(&o->model);
-    for (int i = p0; i < p1; i++) {
-        char name[32];
-        int ndim;
-        int64_t shape[2];
-        model_param_desc(&o->model, i, name, &ndim, shape);
-        if (ddpc_ddp_add_param(t->ddp, name, ndim, shape, NULL) != DDPC_OK)
-            return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
-    }
+    int p0, p1;
+    tr_stage_params(t, t->stage, &p0, &p1);
+    if (tr_add_params(t, t->ddp, p0, p1))
+        return -1;
     return 0;
 }
 

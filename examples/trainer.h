@@ -102,6 +102,10 @@ int tr_agree_same(trainer_t *t, int rc);
 /* A failure in the middle of a step cannot be agreed on (the other ranks are
  * in a collective): end the job with the message. */
 void tr_fatal(trainer_t *t, const char *what, const char *msg);
+/* Stage s's parameters: [*p0, *p1) of the model's (all of them unpipelined). */
+void tr_stage_params(const trainer_t *t, int s, int *p0, int *p1);
+/* Register the model's parameters [p0, p1), in the model's order, with d. */
+int tr_add_params(trainer_t *t, ddpc_ddp_t d, int p0, int p1);
 /* A failure of the model's device work inside a step: end the job. */
 void tr_model_fatal(trainer_t *t, const char *what);
 /* rank 0 only, to stdout, flushed at once (logs of batch jobs are files) */

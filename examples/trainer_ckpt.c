@@ -22,26 +22,13 @@
  * replica 0), which writes them; a load fills every rank's copy, and each
  * stage takes its layers' share. */
 
-/* the stage's parameters: [p0, p1) of the model's */
-static void stage_params(const trainer_t *t, int s, int *p0, int *p1)
-{
-    *p0 = 2 * t->first_layer[s];
-    *p1 = 2 * t->first_layer[s + 1];
-}
-
 static int pipe_ckpt_open(trainer_t *t)
 {
     const options_t *o = &t->opt;
     if (ddpc_ddp_create(t->comm, NULL, &t->full_ddp) != DDPC_OK)
         return tr_fail(t, "%s", ddpc_ddp_last_error(t->full_ddp));
-    for (int i = 0; i < model_num_params(&o->model); i++) {
-        char name[32];
-        int ndim;
-        int64_t shape[2];
-        model_param_desc(&o->model, i, name, &ndim, shape);
-        if (ddpc_ddp_add_param(t->full_ddp, name, ndim, shape, NULL) != DDPC_OK)
-            return tr_fail(t, "%s", ddpc_ddp_last_error(t->full_ddp));
-    }
+    if (tr_add_params(t, t->full_ddp, 0, model_num_params(&o->model)))
+        return -1;
     if (ddpc_ddp_build(t->full_ddp) != DDPC_OK) /* collective over the world */
         return tr_fail(t, "%s", ddpc_ddp_last_error(t->full_ddp));
     ddpc_optim_config_t oc = *ddpc_optim_config(t->optim);
@@ -58,7 +45,7 @@ static size_t pack(trainer_t *t, int full_s, float *buf, int dir)
     ddpc_ddp_t d = full_s >= 0 ? t->full_ddp : t->ddp;
     ddpc_optim_t op = full_s >= 0 ? t->full_optim : t->optim;
     int p0, p1;
-    stage_params(t, full_s >= 0 ? full_s : t->stage, &p0, &p1);
+    tr_stage_params(t, full_s >= 0 ? full_s : t->stage, &p0, &p1);
     const int base = full_s >= 0 ? p0 : 0, nst = ddpc_optim_num_states(op);
     size_t k = 0;
     for (int a = -1; a < nst; a++) {

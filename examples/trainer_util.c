@@ -136,3 +136,22 @@ void tr_model_fatal(trainer_t *t, const char *what)
 {
     tr_fatal(t, what, t->ops->error(t->model));
 }
+
+void tr_stage_params(const trainer_t *t, int s, int *p0, int *p1)
+{
+    *p0 = t->pipelined ? 2 * t->first_layer[s] : 0; /* a weight and a bias per layer */
+    *p1 = t->pipelined ? 2 * t->first_layer[s + 1] : model_num_params(&t->opt.model);
+}
+
+int tr_add_params(trainer_t *t, ddpc_ddp_t d, int p0, int p1)
+{
+    for (int i = p0; i < p1; i++) {
+        char name[32];
+        int ndim;
+        int64_t shape[2];
+        model_param_desc(&t->opt.model, i, name, &ndim, shape);
+        if (ddpc_ddp_add_param(d, name, ndim, shape, NULL) != DDPC_OK)
+            return tr_fail(t, "%s", ddpc_ddp_last_error(d));
+    }
+    return 0;
+}
