@@ -35,29 +35,6 @@
 
 /* ------------------------------------------------------------------ checks */
 
-#define EXPECT_STATUS(st, want)                                                                \
-    do {                                                                                       \
-        ddpc_status_t g_ = (st), w_ = (want);                                                  \
-        if (g_ != w_)                                                                          \
-            FAILF("%s: got %s, expected %s (%s)", #st, ddpc_strerror(g_), ddpc_strerror(w_),   \
-                  ddpc_last_error(rt));                                                        \
-    } while (0)
-
-static void expect_f32(const char *file, int line, const char *what, const float *got,
-                       const float *want, size_t n, double tol)
-{
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < n; i++)
-        if (tol == 0 ? !(got[i] == want[i]) : !(fabs((double)got[i] - want[i]) <= tol))
-            if (bad++ == 0)
-                first = i;
-    if (bad) {
-        fail_at(file, line, "%s: %zu of %zu elements differ; first at %zu: got %.9g, expected "
-                "%.9g (tolerance %g)", what, bad, n, first, got[first], want[first], tol);
-    }
-}
-#define EXPECT_F32(what, got, want, n, tol) expect_f32(__FILE__, __LINE__, what, got, want, n, tol)
-
 static void expect_bits(const char *file, int line, const char *what, const void *got,
                         const void *want, size_t n, size_t es)
 {
@@ -84,36 +61,9 @@ static void expect_bits(const char *file, int line, const char *what, const void
 }
 #define EXPECT_BITS(what, got, want, n, es) expect_bits(__FILE__, __LINE__, what, got, want, n, es)
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ------------------------------------------------------------------ memory */
-/* Device buffers (host memory with GPU_TEST_ON_HOST); halloc, upload and
- * download are gputest.h's. */
-
-static void *dalloc(size_t bytes)
-{
-    void *p = NULL;
-    if (on_host) {
-        if (!(p = malloc(bytes ? bytes : 1)))
-            die(__FILE__, __LINE__, "malloc", "out of memory");
-    } else {
-        CU(cudaMalloc(&p, bytes ? bytes : 1));
-    }
-    return p;
-}
-
-static void dfree(void *p)
-{
-    if (on_host)
-        free(p);
-    else if (p)
-        CU(cudaFree(p));
-}
+/* Device buffers (host memory with GPU_TEST_ON_HOST): dalloc, dfree, halloc,
+ * upload and download are gputest.h's. */
 
 /* Page-locked: cudaMemcpyAsync from it is truly asynchronous. */
 static void *palloc(size_t bytes)

@@ -36,62 +36,13 @@
 
 /* ------------------------------------------------------------------ checks */
 
-#define EXPECT_STATUS(st, want)                                                                \
-    do {                                                                                       \
-        ddpc_status_t g_ = (st), w_ = (want);                                                  \
-        if (g_ != w_)                                                                          \
-            FAILF("%s: got %s, expected %s (%s)", #st, ddpc_strerror(g_), ddpc_strerror(w_),   \
-                  ddpc_last_error(rt));                                                        \
-    } while (0)
-
 #define EXPECT_IN(msg, part)                                                                   \
     do {                                                                                       \
         if (!strstr((msg), (part)))                                                            \
             FAILF("message does not name \"%s\": %s", (part), (msg));                          \
     } while (0)
 
-/* n float32 equal to want (tol 0: exactly). */
-static void expect_f32(const char *file, int line, const char *what, const float *got,
-                       const float *want, size_t n, double tol)
-{
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!(fabs((double)got[i] - want[i]) <= tol) && bad++ == 0)
-            first = i;
-    if (bad)
-        fail_at(file, line, "%s: %zu of %zu elements differ; first at %zu: got %.9g, expected "
-                "%.9g", what, bad, n, first, got[first], want[first]);
-}
-#define EXPECT_F32(what, got, want, n, tol) expect_f32(__FILE__, __LINE__, what, got, want, n, tol)
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ------------------------------------------------------------------ memory */
-
-static void *dalloc(size_t bytes)
-{
-    void *p = NULL;
-    if (on_host) {
-        if (!(p = malloc(bytes ? bytes : 1)))
-            die(__FILE__, __LINE__, "malloc", "out of memory");
-    } else {
-        CU(cudaMalloc(&p, bytes ? bytes : 1));
-    }
-    return p;
-}
-
-static void dfree(void *p)
-{
-    if (on_host)
-        free(p);
-    else if (p)
-        CU(cudaFree(p));
-}
 
 /* Device memory filled with 0xff bytes (NaN as float32, -1 as int32): what
  * no transfer writes. */

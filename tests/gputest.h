@@ -13,11 +13,13 @@
 
 #include <cuda_runtime.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *prog = "gputest"; /* the test's name, first in its messages */
 static ddpc_t rt;
@@ -78,6 +80,31 @@ __attribute__((format(printf, 3, 4))) static inline void fail_at(const char *fil
 }
 #define FAILF(...) fail_at(__FILE__, __LINE__, __VA_ARGS__)
 
+/* n float32 equal to want within tol (0: exactly) */
+static inline void expect_f32(const char *file, int line, const char *what, const float *got,
+                              const float *want, size_t n, double tol)
+{
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (tol == 0 ? !(got[i] == want[i]) : !(fabs((double)got[i] - want[i]) <= tol))
+            if (bad++ == 0)
+                first = i;
+    if (bad) {
+        fail_at(file, line, "%s: %zu of %zu elements differ; first at %zu: got %.9g, expected "
+                "%.9g (tolerance %g)", what, bad, n, first, got[first], want[first], tol);
+    }
+}
+#define EXPECT_F32(what, got, want, n, tol) expect_f32(__FILE__, __LINE__, what, got, want, n, tol)
+
+/* a call's status is want; otherwise the message says both and the runtime's error */
+#define EXPECT_STATUS(st, want)                                                                \
+    do {                                                                                       \
+        ddpc_status_t g_ = (st), w_ = (want);                                                  \
+        if (g_ != w_)                                                                          \
+            FAILF("%s: got %s, expected %s (%s)", #st, ddpc_strerror(g_), ddpc_strerror(w_),   \
+                  ddpc_last_error(rt));                                                        \
+    } while (0)
+
 #define EXPECT_EQ_INT(a, b)                                                                    \
     do {                                                                                       \
         long long a_ = (long long)(a), b_ = (long long)(b);                                    \
@@ -116,6 +143,35 @@ static inline void *halloc(size_t bytes)
     if (!p)
         die(__FILE__, __LINE__, "calloc", "out of memory");
     return p;
+}
+
+/* Device buffers (host memory with GPU_TEST_ON_HOST). */
+static inline void *dalloc(size_t bytes)
+{
+    void *p = NULL;
+    if (on_host) {
+        if (!(p = malloc(bytes ? bytes : 1)))
+            die(__FILE__, __LINE__, "malloc", "out of memory");
+    } else {
+        CU(cudaMalloc(&p, bytes ? bytes : 1));
+    }
+    return p;
+}
+
+static inline void dfree(void *p)
+{
+    if (on_host)
+        free(p);
+    else if (p)
+        CU(cudaFree(p));
+}
+
+/* CLOCK_MONOTONIC seconds. */
+static inline double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static inline void copy_sync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
