@@ -729,6 +729,22 @@ static int op_supported(ddpc_dtype_t dt, ddpc_redop_t op)
     return !((dt == DDPC_BF16 || dt == DDPC_F16) && op != DDPC_SUM && op != DDPC_AVG);
 }
 
+/* A work handle of kind for c, its deadline DDPC_TIMEOUT from now; NULL
+ * (the message set) when out of memory. */
+static struct ddpc_work *work_new(struct ddpc_comm *c, op_kind_t kind)
+{
+    struct ddpc_work *w = calloc(1, sizeof *w);
+    if (!w) {
+        ddpc_err(c->rt, DDPC_ERR_NOMEM, MOD, "cannot allocate a work handle");
+        return NULL;
+    }
+    w->comm = c;
+    w->kind = kind;
+    w->t_enqueue = ddpc_now();
+    w->deadline = w->t_enqueue + c->rt->cfg.timeout_s;
+    return w;
+}
+
 static ddpc_status_t submit(ddpc_comm_t c, op_kind_t kind, const void *send, void *recv,
                             size_t count, ddpc_dtype_t dt, ddpc_redop_t op, int root,
                             ddpc_work_t *out)
@@ -775,12 +791,15 @@ static ddpc_status_t submit(ddpc_comm_t c, op_kind_t kind, const void *send, voi
     }
     /* an aborted device communicator refuses in its backend's submit, under
      * the lock that its watchdog fails it under */
-    struct ddpc_work *w = calloc(1, sizeof *w);
+    struct ddpc_work *w = work_new(c, kind);
     if (!w)
-        return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate a work handle");
-    *w = (struct ddpc_work){.comm = c, .kind = kind, .send = send, .recv = recv, .count = count,
-                            .dt = dt, .op = op, .root = root, .t_enqueue = ddpc_now()};
-    w->deadline = w->t_enqueue + rt->cfg.timeout_s;
+        return DDPC_ERR_NOMEM;
+    w->send = send;
+    w->recv = recv;
+    w->count = count;
+    w->dt = dt;
+    w->op = op;
+    w->root = root;
     w->blocking = c->blocking_next;
     c->blocking_next = 0;
     pthread_mutex_lock(&c->mu);
@@ -804,13 +823,9 @@ ddpc_status_t ddpc_comm_watch(ddpc_comm_t c, const char *what)
         return DDPC_ERR_INVALID;
     if (!c->ops->watch)
         return DDPC_OK;
-    struct ddpc_work *w = calloc(1, sizeof *w);
+    struct ddpc_work *w = work_new(c, OP_WATCH);
     if (!w)
-        return ddpc_err(c->rt, DDPC_ERR_NOMEM, MOD, "cannot allocate a work handle");
-    w->comm = c;
-    w->kind = OP_WATCH;
-    w->t_enqueue = ddpc_now();
-    w->deadline = w->t_enqueue + c->rt->cfg.timeout_s;
+        return DDPC_ERR_NOMEM;
     snprintf(w->label, sizeof w->label, "%s", what && *what ? what : "work on the stream");
     pthread_mutex_lock(&c->mu);
     w->seq = c->seq; /* no collective: the count does not move */
@@ -931,15 +946,11 @@ ddpc_status_t ddpc_p2p_batch(ddpc_comm_t c, const ddpc_p2p_op_t *ops, int n, ddp
             return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, MOD, "%s: count %zu exceeds 2^31-1", what,
                             o->count);
     }
-    struct ddpc_work *w = calloc(1, sizeof *w);
+    struct ddpc_work *w = work_new(c, OP_P2P);
     if (!w)
-        return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate a work handle");
-    w->comm = c;
-    w->kind = OP_P2P;
+        return DDPC_ERR_NOMEM;
     w->np = n;
     memcpy(w->p2p, ops, (size_t)n * sizeof *ops);
-    w->t_enqueue = ddpc_now();
-    w->deadline = w->t_enqueue + rt->cfg.timeout_s;
     pthread_mutex_lock(&c->mu);
     w->seq = c->p2p_seq; /* its own count: transfers are not collectives */
     ddpc_status_t st = c->ops->submit(c, w);

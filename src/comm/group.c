@@ -54,7 +54,7 @@ static ddpc_status_t ctrl_dev(struct ddpc_comm *c, const void *mine, void *all, 
     cudaStream_t strm = (cudaStream_t)c->stream;
     cudaError_t e = cudaSetDevice(c->device);
     ddpc_status_t st = DDPC_OK;
-    for (size_t off = 0; e == cudaSuccess && st == DDPC_OK && (off < bytes || !bytes); off += piece) {
+    for (size_t off = 0; e == cudaSuccess && st == DDPC_OK && off < bytes; off += piece) {
         size_t n = bytes - off < piece ? bytes - off : piece;
         if (root < 0) { /* allgather: rank r's bytes at r * bytes + off of all */
             if ((e = cudaMemcpyAsync(send, (const char *)mine + off, n, cudaMemcpyHostToDevice,
@@ -80,8 +80,6 @@ static ddpc_status_t ctrl_dev(struct ddpc_comm *c, const void *mine, void *all, 
                 break;
             e = cudaStreamSynchronize(strm);
         }
-        if (!bytes)
-            break;
     }
     if (e != cudaSuccess)
         return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "control message through GPU %d: %s",
