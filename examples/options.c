@@ -366,9 +366,6 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
         if (o->device == DEVICE_CUDA)
             return bad(err, n, "--pipeline-stages/--micro-batches: the cuda model does not run "
                        "pipelines yet (use --device cpu; --grad-accum accumulates on cuda)");
-        if (S > 1 && o->clip > 0)
-            return bad(err, n, "--clip: not supported with --pipeline-stages %d yet (the "
-                       "gradient norm is over the whole model, each stage holds a part)", S);
         o->pipe_batch = o->batch_size;
         o->batch_size /= M;
         o->grad_accum = M;

@@ -218,6 +218,13 @@ static int start_model(trainer_t *t)
     oc.dynamic_loss_scale = o->precision == PRECISION_FP16;
     if (ddpc_optim_create(t->ddp, &oc, &t->optim) != DDPC_OK)
         return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
+    /* --clip over stages: the whole model's norm, along the pipeline in
+       layer order (bitwise the unsplit model's) */
+    if (t->pipelined && t->S > 1 && o->clip > 0 &&
+        ddpc_optim_set_norm_group(t->optim, t->row,
+                                  model_layers_param_offset(&o->model,
+                                                            t->first_layer[t->stage])) != DDPC_OK)
+        return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
     int max_batch = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
     model_place_t where = {t->gpu, t->stream, o->precision,
                            ddpc_optim_loss_scale_device(t->optim), 0, 0};

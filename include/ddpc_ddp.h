@@ -194,6 +194,18 @@ DDPC_API void ddpc_optim_destroy(ddpc_optim_t opt);
 DDPC_API ddpc_status_t ddpc_optim_step(ddpc_optim_t opt, int *stepped);
 
 DDPC_API const ddpc_optim_config_t *ddpc_optim_config(ddpc_optim_t opt);
+/* Model parallelism (pipeline stages): this engine's parameters are the
+ * floats [offset, offset + numel) of a model whose other pieces the other
+ * ranks of group hold, consecutive in group rank order. The global gradient
+ * norm (clip_norm, the loss scaler's skip decision, ddpc_optim_last_grad_norm)
+ * is then the whole model's: the partial sums of squares pass along the group
+ * in rank order, so the norm is bitwise the one an engine holding the whole
+ * arena computes, and every rank of the group makes the same decision. Each
+ * step is then collective over group. Collective here too (a gap or overlap
+ * between the ranks' pieces fails on every rank); NULL group: the engine's
+ * own norm again. Host engines only (DDPC_ERR_UNSUPPORTED on a device). */
+DDPC_API ddpc_status_t ddpc_optim_set_norm_group(ddpc_optim_t opt, ddpc_comm_t group,
+                                                 size_t offset);
 /* The learning rate of the steps issued after this call (on a device engine a
  * copy ordered on the engine's stream, which captured steps read when
  * replayed; not during a capture: the next step then fails saying so). */

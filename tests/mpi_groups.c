@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* mpi_groups.c: communicators over some ranks (split, rank lists, a 2-D
  * grid), point-to-point transfers (blocking, with handles, batched), the
- * collectives all-to-all, gather, scatter and reduce, and a DDP engine over
- * a group, under 1-4 real MPI ranks on the host backend. Values are exact
+ * collectives all-to-all, gather, scatter and reduce, a DDP engine over a
+ * group, and an optimizer's norm over a group (ddpc_optim_set_norm_group), under 1-4 real MPI ranks on the host backend. Values are exact
  * (integers, small floats); wrong use must fail on every rank. */
 #include "mpitest.h"
 
+#include <math.h>
 #include <string.h>
 
 /* rank r's value for element i */
@@ -343,6 +344,65 @@ START_TEST(ddp_over_a_group)
 }
 END_TEST
 
+/* One SGD step clipped to the norm of a model of N floats, as one engine
+ * holding the whole model and as the world's ranks each holding a piece
+ * (sizes not multiples of 16) with the world as norm group: the same norm
+ * and the same parameters, bitwise. */
+static ddpc_ddp_t engine(ddpc_comm_t c, size_t first, size_t n, ddpc_optim_t *opt)
+{
+    ddpc_ddp_t d = NULL;
+    T_OK(ddpc_ddp_create(c, NULL, &d));
+    int64_t shape[1] = {(int64_t)n};
+    int idx;
+    T_OK(ddpc_ddp_add_param(d, "w", 1, shape, &idx));
+    T_OK(ddpc_ddp_build(d));
+    float *p = ddpc_ddp_params(d, NULL), *g = ddpc_ddp_grads(d, NULL);
+    for (size_t i = 0; i < n; i++) {
+        p[i] = (float)((first + i) % 7) * 0.25f;
+        g[i] = sinf((float)(first + i)) * 0.125f;
+    }
+    T_OK(ddpc_ddp_grad_ready(d, idx));
+    T_OK(ddpc_ddp_wait(d));
+    ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
+    oc.lr = 1;
+    oc.clip_norm = 0.01;
+    T_OK(ddpc_optim_create(d, &oc, opt));
+    return d;
+}
+
+START_TEST(norm_group_is_the_whole_models)
+{
+    size_t off[5] = {0};
+    for (int r = 0; r < T_size; r++)
+        off[r + 1] = off[r] + 37 + 13 * (size_t)r;
+    const size_t N = off[T_size], mine = off[T_rank + 1] - off[T_rank];
+    ddpc_comm_t self = NULL;
+    T_OK(ddpc_comm_split(T_comm, T_rank, 0, NULL, &self));
+    ddpc_optim_t whole_o, piece_o;
+    ddpc_ddp_t whole = engine(self, 0, N, &whole_o), piece = engine(self, off[T_rank], mine, &piece_o);
+    T_OK(ddpc_optim_step(whole_o, NULL));
+    T_OK(ddpc_optim_set_norm_group(piece_o, T_comm, off[T_rank]));
+    T_OK(ddpc_optim_step(piece_o, NULL));
+    double a = ddpc_optim_last_grad_norm(whole_o), b = ddpc_optim_last_grad_norm(piece_o);
+    ck_assert_msg(a == b && a > 0.01, "norm %.17g, whole model's %.17g", b, a);
+    const float *pw = ddpc_ddp_params(whole, NULL), *pp = ddpc_ddp_params(piece, NULL);
+    ck_assert_int_eq(memcmp(pw + off[T_rank], pp, mine * sizeof(float)), 0);
+    /* a gap between rank 0's piece and rank 1's fails on every rank */
+    if (T_size > 1) {
+        ck_assert_int_eq(ddpc_optim_set_norm_group(piece_o, T_comm, off[T_rank] + (T_rank == 1)),
+                         DDPC_ERR_INVALID);
+        ck_assert_ptr_nonnull(strstr(ddpc_ddp_last_error(piece), "group rank 1's parameters "
+                                                                 "start at float"));
+    }
+    ck_assert_int_eq(ddpc_optim_set_norm_group(NULL, T_comm, 0), DDPC_ERR_INVALID);
+    ddpc_optim_destroy(whole_o);
+    ddpc_optim_destroy(piece_o);
+    ddpc_ddp_destroy(whole);
+    ddpc_ddp_destroy(piece);
+    ddpc_comm_destroy(self);
+}
+END_TEST
+
 static Suite *groups_suite(void)
 {
     Suite *s = suite_create("groups");
@@ -366,6 +426,7 @@ static Suite *groups_suite(void)
     tcase_add_test(t, alltoall_gather_scatter_reduce);
     tcase_add_test(t, collectives_and_transfers_on_a_group);
     tcase_add_test(t, ddp_over_a_group);
+    tcase_add_test(t, norm_group_is_the_whole_models);
     suite_add_tcase(s, t);
     return s;
 }

@@ -6,6 +6,7 @@
 #    (test loss, accuracy, params_crc32 of the whole model) is bitwise the
 #    unsplit trainer's with --grad-accum M at the same replica count, over two
 #    epochs of a small subset (partial micro-batches and a short last step)
+#  - --clip: the whole model's gradient norm, bitwise the unsplit run's
 #  - fewer micro-batches than stages; every rank reports its replica's checksum
 #  - checkpoints: a pipeline's (2 stages) resumes unsplit, an unsplit run's
 #    resumes on 3 stages, a pipeline's on another stage count, each ending
@@ -52,7 +53,6 @@ bad '^trainer: --pipeline-stages 2: 3 rank\(s\) do not divide' 3 --pipeline-stag
 bad '^trainer: --micro-batches 3: --batch-size 32 does not divide' 1 --batch-size 32 --micro-batches 3
 bad '^trainer: --grad-accum 2: with --pipeline-stages' 2 --pipeline-stages 2 --grad-accum 2
 bad '^trainer: --schedule "zigzag": expected 1f1b or gpipe' 2 --pipeline-stages 2 --schedule zigzag
-bad '^trainer: --clip: not supported with --pipeline-stages 2' 2 --pipeline-stages 2 --clip 1
 
 # --- exactness: S stages x R replicas with M = 4 micro-batches against the
 # unsplit trainer's --grad-accum 4 (same samples per step)
@@ -79,6 +79,22 @@ for R in 1 2; do
             echo "ok: $S stage(s) x $R replica(s) $sched = unsplit --grad-accum 4 ($got)"
         done
     done
+done
+
+# --- --clip: the whole model's norm along the pipeline, bitwise the unsplit
+# trainer's (and clipping changes the run, so the norm is the one that counts)
+mpirun_t 1 "$TRAINER" $COMMON --batch-size 8 --grad-accum 4 --clip 0.3 >"$TMP/ref" 2>&1 \
+    || { cat "$TMP/ref"; fail "unsplit run with --clip"; }
+refc=$(final "$TMP/ref")
+[ -n "$refc" ] && [ "${refc##*params_crc32=}" != "${ref1##*params_crc32=}" ] \
+    || { cat "$TMP/ref"; fail "--clip 0.3 did not change the unsplit run ('$refc', unclipped '$ref1')"; }
+for layout in "2 1f1b" "3 gpipe"; do
+    S=${layout% *} sched=${layout#* }
+    mpirun_t "$S" "$TRAINER" $COMMON --batch-size 32 --micro-batches 4 --pipeline-stages "$S" \
+        --schedule "$sched" --clip 0.3 >"$TMP/p" 2>&1 || { cat "$TMP/p"; fail "$S stages $sched --clip"; }
+    got=$(final "$TMP/p")
+    [ "$got" = "$refc" ] || { cat "$TMP/p"; fail "$S stages $sched --clip 0.3: '$got', unsplit '$refc'"; }
+    echo "ok: $S stages $sched --clip 0.3 = unsplit --grad-accum 4 --clip 0.3 ($got)"
 done
 
 # --- fewer micro-batches than stages; every rank prints its replica's checksum

@@ -3,7 +3,9 @@
  * rules: SGD (momentum, dampening, Nesterov, L2 weight decay) and AdamW
  * (decoupled weight decay, bias correction), global-norm clipping, and
  * dynamic loss scaling. Every rank holds identical averaged gradients, so
- * every rank makes the same decisions without communicating. On a device
+ * every rank makes the same decisions without communicating; only a norm
+ * group (pieces of one model on several ranks: pipeline stages) passes its
+ * partial sums of squares along. On a device
  * engine the same rules run as CUDA kernels on the engine's stream
  * (cuda_kernels.cu), with the scalars (scale, steps, norm, skip) on the
  * device; the getters read them back when asked. */
@@ -30,6 +32,8 @@ struct ddpc_optim {
     double last_norm;
     int last_stepped;
     int device;        /* the engine's; DDPC_DEVICE_HOST for the CPU rules */
+    ddpc_comm_t norm_group; /* ddpc_optim_set_norm_group, or NULL */
+    size_t norm_offset;     /* this engine's first float in the group's model */
 #ifdef DDPC_HAVE_CUDA
     ddpc_cuda_optim_scalars_t *sc; /* device: the scalars above, authoritative there */
     double *partials;  /* device: DDPC_CUDA_OPTIM_PARTIALS */
@@ -199,21 +203,61 @@ void ddpc_optim_destroy(ddpc_optim_t o)
  * another's on a different CPU: the default target has no FMA. */
 #define BLOCK 16
 
-/* sum of squares in double: BLOCK partial sums, each in arena order, added
- * in a fixed order at the end, so every rank gets the same bits */
-static double sumsq(const float *restrict g, size_t n)
+/* Sum of squares in double: BLOCK partial sums, acc[k] gathering the
+ * elements whose index in the model is k modulo BLOCK, each in index order;
+ * g is the model's floats [phase, phase + n). Partial sums handed from one
+ * piece of the model to the next and then added up, k after k, give the
+ * bitwise sum of the whole arena. */
+static void sumsq_acc(const float *restrict g, size_t n, size_t phase, double acc[BLOCK])
 {
-    double acc[BLOCK] = {0};
     size_t i = 0;
+    for (; i < n && (phase + i) % BLOCK; i++)
+        acc[(phase + i) % BLOCK] += (double)g[i] * (double)g[i];
     for (; i + BLOCK <= n; i += BLOCK)
         for (int k = 0; k < BLOCK; k++)
             acc[k] += (double)g[i + k] * (double)g[i + k];
     for (int k = 0; i < n; i++, k++)
         acc[k] += (double)g[i] * (double)g[i];
+}
+
+static double acc_total(const double acc[BLOCK])
+{
     double s = 0;
     for (int k = 0; k < BLOCK; k++)
         s += acc[k];
     return s;
+}
+
+static double sumsq(const float *restrict g, size_t n)
+{
+    double acc[BLOCK] = {0};
+    sumsq_acc(g, n, 0, acc);
+    return acc_total(acc);
+}
+
+/* The sum of squares of the norm group's whole model: the partial sums go
+ * along the group in rank order (each rank adds its piece's), and the last
+ * rank's go back to every rank. Collective over the group. */
+static ddpc_status_t group_sumsq(ddpc_optim_t o, const float *g, size_t n, double *ss)
+{
+    ddpc_ddp_t d = o->ddp;
+    ddpc_comm_t c = o->norm_group;
+    const int r = ddpc_comm_rank(c), last = ddpc_comm_size(c) - 1;
+    double acc[BLOCK] = {0};
+    ddpc_status_t st = DDPC_OK;
+    if (r > 0)
+        st = ddpc_recv(c, acc, BLOCK, DDPC_F64, r - 1);
+    if (st == DDPC_OK)
+        sumsq_acc(g, n, o->norm_offset, acc);
+    if (st == DDPC_OK && r < last)
+        st = ddpc_send(c, acc, BLOCK, DDPC_F64, r + 1);
+    if (st == DDPC_OK)
+        st = ddpc_broadcast(c, acc, BLOCK, DDPC_F64, last);
+    if (st != DDPC_OK)
+        return ddp_err(d, st, "the gradient norm over the norm group (rank %d of %d): %s", r,
+                       last + 1, ddpc_last_error(d->rt));
+    *ss = acc_total(acc);
+    return DDPC_OK;
 }
 
 /* One SGD pass; mom, first and nest are constants at each call site, so
@@ -332,8 +376,15 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
 #endif
     /* the norm decides the step when scaling or clipping: a pass of its
      * own first; otherwise the update pass gathers it on the way */
-    const int norm_first = o->cfg.dynamic_loss_scale || o->cfg.clip_norm > 0;
-    double ss = norm_first ? sumsq(g, n) : 0;
+    const int norm_first = o->cfg.dynamic_loss_scale || o->cfg.clip_norm > 0 || o->norm_group;
+    double ss = 0;
+    if (o->norm_group) {
+        ddpc_status_t st = group_sumsq(o, g, n, &ss);
+        if (st != DDPC_OK)
+            return st;
+    } else if (norm_first) {
+        ss = sumsq(g, n);
+    }
     o->last_stepped = 1;
     if (o->cfg.dynamic_loss_scale) {
         if (!isfinite(ss)) { /* overflow: skip, back off (identical on all ranks) */
@@ -394,6 +445,46 @@ ddpc_status_t ddpc_optim_step(ddpc_optim_t o, int *stepped)
 }
 
 const ddpc_optim_config_t *ddpc_optim_config(ddpc_optim_t o) { return o ? &o->cfg : NULL; }
+
+ddpc_status_t ddpc_optim_set_norm_group(ddpc_optim_t o, ddpc_comm_t group, size_t offset)
+{
+    if (!o)
+        return DDPC_ERR_INVALID;
+    ddpc_ddp_t d = o->ddp;
+    if (!group) {
+        o->norm_group = NULL;
+        o->norm_offset = 0;
+        return DDPC_OK;
+    }
+    if (o->device != DDPC_DEVICE_HOST)
+        return ddp_err(d, DDPC_ERR_UNSUPPORTED, "ddpc_optim_set_norm_group: a device engine's "
+                       "norm stays on its device; norm groups are for host engines");
+    /* every rank's range, so that a gap or an overlap fails on every rank */
+    const int n = ddpc_comm_size(group), r = ddpc_comm_rank(group);
+    int64_t mine[2] = {(int64_t)offset, (int64_t)d->numel}, *all = malloc((size_t)n * sizeof mine);
+    if (!all)
+        return ddp_err(d, DDPC_ERR_NOMEM, "ddpc_optim_set_norm_group: out of memory");
+    ddpc_status_t st = ddpc_allgather(group, mine, all, 2, DDPC_I64);
+    if (st != DDPC_OK) {
+        free(all);
+        return ddp_err(d, st, "ddpc_optim_set_norm_group: %s", ddpc_last_error(d->rt));
+    }
+    for (int k = 1; k < n && st == DDPC_OK; k++)
+        if (all[2 * k] != all[2 * k - 2] + all[2 * k - 1])
+            st = ddp_err(d, DDPC_ERR_INVALID, "ddpc_optim_set_norm_group (rank %d of %d): group "
+                         "rank %d's parameters start at float %llu, expected %llu (where group "
+                         "rank %d's %llu floats from %llu end: the ranks of a norm group hold "
+                         "consecutive pieces of one model, in rank order)", r, n, k,
+                         (unsigned long long)all[2 * k],
+                         (unsigned long long)(all[2 * k - 2] + all[2 * k - 1]), k - 1,
+                         (unsigned long long)all[2 * k - 1], (unsigned long long)all[2 * k - 2]);
+    free(all);
+    if (st != DDPC_OK)
+        return st;
+    o->norm_group = group;
+    o->norm_offset = offset;
+    return DDPC_OK;
+}
 void ddpc_optim_set_lr(ddpc_optim_t o, double lr)
 {
     if (!o)
