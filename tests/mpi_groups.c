@@ -220,8 +220,8 @@ START_TEST(p2p_wrong_peers_refused)
 }
 END_TEST
 
-/* a send whose receive is not there: a timeout naming both ranks, then the
- * receive comes and everything goes on */
+/* a send whose receive is not there: a timeout naming both ranks and saying
+ * how the peer is, then the receive comes and everything goes on */
 START_TEST(p2p_send_without_receive_times_out_naming_both)
 {
     if (T_size < 2)
@@ -241,6 +241,9 @@ START_TEST(p2p_send_without_receive_times_out_naming_both)
         const char *m = ddpc_last_error(T_rt);
         ck_assert_msg(strstr(m, "send #0 (1048576 x int32) from rank 0 to rank 1") &&
                       strstr(m, "matching receive"), "%s", m);
+        /* and how the side channel sees the peer: alive (in the barrier) */
+        ck_assert_msg(strstr(m, "; the peer: rank 1 on ") && strstr(m, ": alive (heartbeat"),
+                      "%s", m);
     }
     T_OK(ddpc_barrier(T_comm)); /* only now does rank 1 receive */
     if (T_rank == 1) {

@@ -149,6 +149,10 @@ int comm_nccl_can_split(void);
  * (or DDPC_ERR_TIMEOUT naming who never came), the same on every rank.
  * forget: c is being destroyed. */
 int ddpc_monitor_explain(struct ddpc_comm *c, uint64_t seq, char *buf, size_t n);
+/* After the transfers of w (OP_P2P) timed out: what the table says about each
+ * peer, by world rank (into buf; -1 without a side channel). */
+int ddpc_monitor_explain_peers(struct ddpc_comm *c, const struct ddpc_work *w, char *buf,
+                               size_t n);
 ddpc_status_t ddpc_monitor_check(struct ddpc_comm *c, uint64_t seq, int op, size_t count,
                                  ddpc_dtype_t dt, int root);
 void ddpc_monitor_forget(struct ddpc_comm *c);

@@ -752,6 +752,58 @@ static int row_says(const mon_row_t *w, char *s, size_t n)
     }
 }
 
+/* "rank R on HOST: <row_says>; its last report: entered #E, completed #D" */
+static int row_line(const mon_row_t *w, int r, char *buf, size_t n)
+{
+    char e[32] = "none", d[32] = "none", st[160];
+    if (w->entered)
+        snprintf(e, sizeof e, "#%llu", (unsigned long long)w->entered - 1);
+    if (w->completed)
+        snprintf(d, sizeof d, "#%llu", (unsigned long long)w->completed - 1);
+    row_says(w, st, sizeof st);
+    return snprintf(buf, n, "rank %d on %s: %s; its last report: entered %s, completed %s", r,
+                    w->host[0] ? w->host : "?", st, e, d);
+}
+
+int ddpc_monitor_explain_peers(struct ddpc_comm *c, const struct ddpc_work *w, char *buf,
+                               size_t n)
+{
+    ddpc_t rt = c ? c->rt : NULL;
+    struct ddpc_monitor *m = rt ? rt->mon : NULL;
+    if (!m || n == 0 || c->id < 0 || c->id >= MON_MAX_COMMS || w->kind != OP_P2P)
+        return -1;
+    mon_row_t *rows = calloc((size_t)m->size, sizeof *rows);
+    if (!rows)
+        return -1;
+    char why[256];
+    if (ask_table(m, c->id, rows, why, sizeof why)) {
+        snprintf(buf, n, "%s", why);
+        free(rows);
+        return 0;
+    }
+    int npeers = 0, shown = 0;
+    for (int i = 0; i < w->np; i++) {
+        int dup = 0;
+        for (int j = 0; j < i; j++)
+            dup |= w->p2p[j].peer == w->p2p[i].peer;
+        npeers += !dup;
+    }
+    size_t k = (size_t)snprintf(buf, n, "the peer%s: ", npeers > 1 ? "s" : "");
+    for (int i = 0; i < w->np && k < n; i++) {
+        int p = w->p2p[i].peer, dup = 0;
+        for (int j = 0; j < i; j++)
+            dup |= w->p2p[j].peer == p;
+        int r = c->members ? c->members[p] : p; /* the rows are by world rank */
+        if (dup || r < 0 || r >= m->size)
+            continue;
+        k += (size_t)snprintf(buf + k, n - k, "%s", shown++ ? "; " : "");
+        if (k < n)
+            k += (size_t)row_line(&rows[r], r, buf + k, n - k);
+    }
+    free(rows);
+    return 0;
+}
+
 int ddpc_monitor_explain(struct ddpc_comm *c, uint64_t seq, char *buf, size_t n)
 {
     ddpc_t rt = c ? c->rt : NULL;
@@ -805,15 +857,9 @@ int ddpc_monitor_explain(struct ddpc_comm *c, uint64_t seq, char *buf, size_t n)
                 k += (size_t)snprintf(buf + k, n - k, "; and %d more", count - show);
                 break;
             }
-            char e[32] = "none", d[32] = "none", st[160];
-            if (w->entered)
-                snprintf(e, sizeof e, "#%llu", (unsigned long long)w->entered - 1);
-            if (w->completed)
-                snprintf(d, sizeof d, "#%llu", (unsigned long long)w->completed - 1);
-            row_says(w, st, sizeof st);
-            k += (size_t)snprintf(buf + k, n - k, "%srank %d on %s: %s; its last report: "
-                                  "entered %s, completed %s", shown > 1 ? "; " : "", r,
-                                  w->host[0] ? w->host : "?", st, e, d);
+            k += (size_t)snprintf(buf + k, n - k, "%s", shown > 1 ? "; " : "");
+            if (k < n)
+                k += (size_t)row_line(w, r, buf + k, n - k);
         }
     }
     if (!missing && !quiet && k < n)

@@ -653,12 +653,15 @@ static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
         comm_describe(w, what, sizeof what);
         if (timeout_s <= 0)
             timeout_s = c->rt->cfg.timeout_s;
-        if (w->kind == OP_P2P)
+        if (w->kind == OP_P2P) {
+            ddpc_monitor_explain_peers(c, w, ex, sizeof ex); /* how the peers are, if it knows */
             return ddpc_err(c->rt, DDPC_ERR_TIMEOUT, MOD,
                             "%s did not complete within %gs: the peer has not issued the "
                             "matching %s (crashed, stuck, or transfers in a different order); "
-                            "set DDPC_TIMEOUT to wait longer", what, timeout_s,
-                            w->np > 1 ? "transfers" : w->p2p[0].is_send ? "receive" : "send");
+                            "set DDPC_TIMEOUT to wait longer%s%s", what, timeout_s,
+                            w->np > 1 ? "transfers" : w->p2p[0].is_send ? "receive" : "send",
+                            ex[0] ? "; " : "", ex);
+        }
         ddpc_monitor_explain(c, w->seq, ex, sizeof ex); /* who never came, if it knows */
         char fr[4200];
         ddpc_flight_dump(c->rt, what, fr, sizeof fr);

@@ -41,6 +41,7 @@ typedef struct nccl_impl {
     pthread_cond_t wake;         /* the watchdog's sleep, and synchronize's */
     int stop, started, aborted;
     uint64_t stuck_seq;          /* the collective the watchdog found stuck */
+    struct ddpc_work stuck_p2p;  /* the transfers it found stuck (kind OP_P2P), or kind 0 */
 } nccl_impl_t;
 
 /* Every NCCL communicator of this process, so that a failure aborts all. */
@@ -343,6 +344,12 @@ static int poll_locked(struct ddpc_comm *c, ddpc_status_t *st, char *msg, size_t
                 n->stuck_seq = w->kind == OP_P2P     ? UINT64_MAX
                                : w->kind == OP_WATCH ? c->seq
                                                      : w->seq;
+                n->stuck_p2p.kind = OP_ALLREDUCE;
+                if (w->kind == OP_P2P) { /* its peers, for the message */
+                    n->stuck_p2p.kind = OP_P2P;
+                    n->stuck_p2p.np = w->np;
+                    memcpy(n->stuck_p2p.p2p, w->p2p, sizeof w->p2p);
+                }
                 snprintf(msg, len,
                          "%s did not complete within %gs (watchdog, %.1fs since it was issued): "
                          "%s; NCCL communicator aborted; set DDPC_TIMEOUT to wait longer", what,
@@ -412,11 +419,13 @@ static void *watchdog_main(void *arg)
             poll_locked(c, &st, msg, sizeof msg);
             if (st) {
                 pthread_mutex_unlock(&c->mu);
-                if (st == DDPC_ERR_TIMEOUT && n->stuck_seq != UINT64_MAX) { /* who never came */
+                if (st == DDPC_ERR_TIMEOUT) { /* who never came, or how the peers are */
                     char ex[768];
                     size_t k = strlen(msg);
-                    if (ddpc_monitor_explain(c, n->stuck_seq, ex, sizeof ex) == 0 &&
-                        k + 2 < sizeof msg)
+                    int got = n->stuck_seq != UINT64_MAX
+                                  ? ddpc_monitor_explain(c, n->stuck_seq, ex, sizeof ex)
+                                  : ddpc_monitor_explain_peers(c, &n->stuck_p2p, ex, sizeof ex);
+                    if (got == 0 && k + 2 < sizeof msg)
                         snprintf(msg + k, sizeof msg - k, "; %s", ex);
                 }
                 char fr[4200];
