@@ -350,6 +350,11 @@ def main():
     if dd:
         say("DDP engine (bench/ddp_bench.sh, full tables in ddp_bench.txt): " + " ".join(
             f"{k}={v}" for k, v in dd.items()))
+    pp = kv_line(os.path.join(out, "pipe_bench.txt"), "pipe_summary")
+    if pp:
+        say("pipelines, samples/s over data parallel on the same 2 ranks (bench/pipe_bench.py, "
+            "the table with bubbles in pipe_bench.txt): " + " ".join(
+                f"{k}={v}" for k, v in pp.items() if v != ""))
     if a.wall_s is not None:
         say(f"(the whole bench took {a.wall_s / 60:.1f} min; raw runs in {out}/runs, "
             f"json {out}/bench.json)")
@@ -360,7 +365,7 @@ def main():
 
     result = {"machine": m, "trainer_blas": tb, "settings": vars(a), "runs": runs,
               "gemm": gemm, "summary": summary, "scaling": scaling, "check": check,
-              "ckpt": ck, "ddp": dd}
+              "ckpt": ck, "ddp": dd, "pipe": pp}
     with open(os.path.join(out, "bench.json"), "w") as f:
         json.dump(result, f, indent=1)
     plots(out, summary, runs, check, impls)

@@ -17,12 +17,16 @@
 #   ddp    bench/ddp_bench.sh: the engine's all-reduce and overlap against
 #          raw MPI, local and between the testbed's two nodes (its own knobs:
 #          ROUNDS, NET, ...; see that script)
+#   pipe   bench/pipe_bench.py: the pipeline trainer (2 stages, gpipe and
+#          1f1b at 2, 4, 8 micro-batches) against pure data parallel on the
+#          same 2 ranks and the linear-scaling bound, with the measured bubble
+#          beside the theory (its own knobs: PIPE_REPEATS, PIPE_STEPS, PIPE_MS)
 # then bench/plot.py: a markdown table on stdout, BENCH_OUT/bench.json (all
 # raw runs and the summary) and PNG plots. Timings never decide the exit
 # status; a run that fails does (exit 1), and so does a failed same-job check.
 #
 # Knobs (environment):
-#   BENCH_PARTS="gemm train ckpt ddp"
+#   BENCH_PARTS="gemm train ckpt ddp pipe"
 #   REPEATS=5            interleaved repeats of each training configuration
 #   MODELS="linear mlp"  RANKS="1 2"
 #   QUICK=1              a smoke run: REPEATS=1, MAX_STEPS=60, gemm -r 3,
@@ -54,7 +58,7 @@ case $builddir in /*) ;; *) builddir=$(cd "$builddir" && pwd) ;; esac
 
 QUICK=${QUICK:-0}
 q() { [ "$QUICK" = 1 ] && echo "$1" || echo "$2"; }
-BENCH_PARTS=${BENCH_PARTS:-gemm train ckpt ddp}
+BENCH_PARTS=${BENCH_PARTS:-gemm train ckpt ddp pipe}
 REPEATS=${REPEATS:-$(q 1 5)}
 MODELS=${MODELS:-linear mlp}
 RANKS=${RANKS:-1 2}
@@ -138,6 +142,9 @@ if has ddp; then # ddp_bench.sh: 5 local runs per round, the testbed's 2 + 2 per
     r=${ROUNDS:-$(q 1 3)}
     ddp_net=${NET:-$(q 0 1)}
     total=$((total + 150 * r + ddp_net * (60 + 60 * r)))
+fi
+if has pipe; then # pipe_bench.py: 2 + 2 x |MS| runs per repeat, ~5 s each at 40 steps
+    total=$((total + 5 * ${PIPE_REPEATS:-$(q 1 3)} * (2 + 2 * $(echo ${PIPE_MS:-$(q 4 "2 4 8")} | wc -w))))
 fi
 say "parts: $BENCH_PARTS; repeats $REPEATS of models ($MODELS) x ranks ($RANKS) x ($IMPLS)$([ "$MAX_STEPS" -gt 0 ] && echo ", $MAX_STEPS steps each" || echo ", one epoch each")"
 say "expected time: about $(( (total + 59) / 60 )) min on an idle machine (waits for quiet: up to ${QUIET_WAIT}s more per run); output in $BENCH_OUT"
@@ -316,6 +323,21 @@ if has ddp; then
     printf 'ddp\tddp.1\tddp\tddp_bench\t2\t1\t0\t-\t-\t%s\t%s\tddp_bench.txt\n' "$rc" \
         "$((SECONDS - t0))" >> "$INDEX"
     [ "$rc" -eq 0 ] || { say "ddp_bench.sh failed (exit $rc): $(tail -n 3 "$BENCH_OUT/ddp_bench.err")"; failed=1; }
+fi
+
+# ---------------------------------------------------------------- pipe
+if has pipe; then
+    say "pipe: bench/pipe_bench.py (table in $BENCH_OUT/pipe_bench.txt)"
+    t0=$SECONDS
+    # shellcheck disable=SC2086
+    NP=2 REPEATS=${PIPE_REPEATS:-$(q 1 3)} STEPS=${PIPE_STEPS:-$(q 20 40)} MS=${PIPE_MS:-$(q 4 "2 4 8")} \
+        TRAINER=$TRAINER DATA=$DATA MPIEXEC=$MPIEXEC MPIEXEC_FLAGS="$MPIEXEC_FLAGS" \
+        MPIEXEC_BIND="$MPIEXEC_BIND" BENCH_OUT=$BENCH_OUT RUN_TIMEOUT=$RUN_TIMEOUT \
+        "$PYTHON" "$srcdir/bench/pipe_bench.py"
+    rc=$?
+    printf 'pipe\tpipe.1\tpipe\tpipe_bench\t2\t1\t0\t-\t-\t%s\t%s\tpipe_bench.txt\n' "$rc" \
+        "$((SECONDS - t0))" >> "$INDEX"
+    [ "$rc" -eq 0 ] || { say "pipe_bench.py failed (exit $rc)"; failed=1; }
 fi
 
 # ---------------------------------------------------------------- report
