@@ -4,7 +4,9 @@
 # h5dump lists the documented groups, datasets and attributes; Python's h5py
 # reads a parameter equal to the bytes ddpc dumped, every dataset's crc32
 # attribute equals zlib.crc32 of its data, and the model fingerprint
-# recomputed as doc/checkpoint.md describes equals the stored one.
+# recomputed as doc/checkpoint.md describes equals the stored one; a
+# pipelined trainer's checkpoint is bitwise the unsplit trainer's (and torch,
+# where installed, loads its model).
 . "$(dirname "$0")/lib.sh"
 TRAIN="$top_builddir/tests/mpi_ckpt_train"
 mpirun_t 2 "$TRAIN" --dir "$TMP/ck" --steps 6 --save-every 6 --optim adamw --dim 37 \
@@ -75,5 +77,60 @@ PYEOF
     checked=$((checked + 1))
 else
     echo "SKIP part: no Python with h5py and numpy (apt-get install python3-h5py)"
+fi
+# --- a pipeline's checkpoint (the trainer, 2 stages x 1 replica, AdamW) is
+# the unsplit model's file: every dataset of the unsplit trainer's checkpoint
+# at the same step, with the same names, shapes, bytes and CRCs; with torch
+# installed, nn.Sequential's load_state_dict takes its model group
+TRAINER="$top_builddir/trainer"
+DATA=${DDPC_TEST_DATA:-/usr/share/datasets/fashion-mnist}
+if [ -z "$PY" ] || [ ! -x "$TRAINER" ] ||
+    { [ ! -e "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -e "$DATA/train-labels-idx1-ubyte" ]; }; then
+    echo "SKIP part: the pipelined checkpoint (needs h5py, the trainer and Fashion-MNIST in $DATA)"
+else
+    T="--data $DATA --hidden 32,16 --threads 1 --seed 3 --optimizer adamw --max-steps 6 --ckpt-every 6 --quiet"
+    # shellcheck disable=SC2086
+    mpirun_t 1 "$TRAINER" $T --batch-size 8 --grad-accum 4 --ckpt-dir "$TMP/unsplit" >"$TMP/u.out" 2>&1 ||
+        { cat "$TMP/u.out"; fail "unsplit trainer run"; }
+    # shellcheck disable=SC2086
+    mpirun_t 2 "$TRAINER" $T --batch-size 32 --micro-batches 4 --pipeline-stages 2 --ckpt-dir "$TMP/pipe" \
+        >"$TMP/p.out" 2>&1 || { cat "$TMP/p.out"; fail "pipelined trainer run"; }
+    "$PY" - "$TMP/pipe/ckpt-00000006.h5" "$TMP/unsplit/ckpt-00000006.h5" <<'PYEOF' || fail "pipelined checkpoint check"
+import sys, zlib
+import h5py, numpy as np
+p, u = (h5py.File(x, "r") for x in sys.argv[1:])
+names = [n.decode() for n in p["model"].attrs["names"]]
+assert names == [n.decode() for n in u["model"].attrs["names"]], names
+assert names == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"], names
+assert p.attrs["model_fingerprint"] == u.attrs["model_fingerprint"]
+n = 0
+for grp in ("model", "optim/exp_avg", "optim/exp_avg_sq"):
+    for k in names:
+        a, b = p[grp + "/" + k], u[grp + "/" + k]
+        assert a.shape == b.shape and a.dtype == b.dtype, (grp, k, a.shape, b.shape)
+        assert a[...].tobytes() == b[...].tobytes(), (grp, k, "differs from the unsplit run's")
+        assert zlib.crc32(a[...].tobytes()) == a.attrs["crc32"], (grp, k)
+        n += 1
+assert p["optim"].attrs["step"] == u["optim"].attrs["step"] == 6
+assert p["sampler"].attrs["consumed"] == u["sampler"].attrs["consumed"]
+msg = "ok: the pipeline's checkpoint holds the unsplit run's %d tensors, bitwise" % n
+try:
+    import torch
+except ImportError:
+    torch = None
+if torch is not None:
+    m = torch.nn.Sequential()
+    dims = [784, 32, 16, 10]
+    for i in range(3):
+        m.add_module("fc%d" % (i + 1), torch.nn.Linear(dims[i], dims[i + 1]))
+    sd = {k: torch.from_numpy(p["model/" + k][...]) for k in names}
+    m.load_state_dict(sd, strict=True)
+    assert torch.equal(m.fc2.weight.detach(), sd["fc2.weight"])
+    msg += "; torch %s's load_state_dict takes it" % torch.__version__
+else:
+    msg += " (no torch here: load_state_dict not tried)"
+print(msg)
+PYEOF
+    checked=$((checked + 1))
 fi
 [ $checked -gt 0 ] || skip "neither h5dump nor Python's h5py is installed"
