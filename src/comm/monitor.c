@@ -752,6 +752,35 @@ static int row_says(const mon_row_t *w, char *s, size_t n)
     }
 }
 
+/* The side channel's table of c into *rows (freed by the caller), its
+ * monitor in *m: 1; 0 with the reason in buf (rank 0 unreachable); -1
+ * without a side channel for c. */
+static int table_of(struct ddpc_comm *c, struct ddpc_monitor **m, mon_row_t **rows, char *buf,
+                    size_t n)
+{
+    *m = c && c->rt ? c->rt->mon : NULL;
+    if (!*m || n == 0 || c->id < 0 || c->id >= MON_MAX_COMMS)
+        return -1;
+    if (!(*rows = calloc((size_t)(*m)->size, sizeof **rows)))
+        return -1;
+    char why[256];
+    if (ask_table(*m, c->id, *rows, why, sizeof why)) {
+        snprintf(buf, n, "%s", why);
+        free(*rows);
+        return 0;
+    }
+    return 1;
+}
+
+/* Transfer i of w is the first with its peer. */
+static int first_of_peer(const struct ddpc_work *w, int i)
+{
+    for (int j = 0; j < i; j++)
+        if (w->p2p[j].peer == w->p2p[i].peer)
+            return 0;
+    return 1;
+}
+
 /* "rank R on HOST: <row_says>; its last report: entered #E, completed #D" */
 static int row_line(const mon_row_t *w, int r, char *buf, size_t n)
 {
@@ -768,33 +797,21 @@ static int row_line(const mon_row_t *w, int r, char *buf, size_t n)
 int ddpc_monitor_explain_peers(struct ddpc_comm *c, const struct ddpc_work *w, char *buf,
                                size_t n)
 {
-    ddpc_t rt = c ? c->rt : NULL;
-    struct ddpc_monitor *m = rt ? rt->mon : NULL;
-    if (!m || n == 0 || c->id < 0 || c->id >= MON_MAX_COMMS || w->kind != OP_P2P)
+    if (w->kind != OP_P2P)
         return -1;
-    mon_row_t *rows = calloc((size_t)m->size, sizeof *rows);
-    if (!rows)
-        return -1;
-    char why[256];
-    if (ask_table(m, c->id, rows, why, sizeof why)) {
-        snprintf(buf, n, "%s", why);
-        free(rows);
-        return 0;
-    }
+    struct ddpc_monitor *m;
+    mon_row_t *rows;
+    int got = table_of(c, &m, &rows, buf, n);
+    if (got <= 0)
+        return got;
     int npeers = 0, shown = 0;
-    for (int i = 0; i < w->np; i++) {
-        int dup = 0;
-        for (int j = 0; j < i; j++)
-            dup |= w->p2p[j].peer == w->p2p[i].peer;
-        npeers += !dup;
-    }
+    for (int i = 0; i < w->np; i++)
+        npeers += first_of_peer(w, i);
     size_t k = (size_t)snprintf(buf, n, "the peer%s: ", npeers > 1 ? "s" : "");
     for (int i = 0; i < w->np && k < n; i++) {
-        int p = w->p2p[i].peer, dup = 0;
-        for (int j = 0; j < i; j++)
-            dup |= w->p2p[j].peer == p;
+        int p = w->p2p[i].peer;
         int r = c->members ? c->members[p] : p; /* the rows are by world rank */
-        if (dup || r < 0 || r >= m->size)
+        if (!first_of_peer(w, i) || r < 0 || r >= m->size)
             continue;
         k += (size_t)snprintf(buf + k, n - k, "%s", shown++ ? "; " : "");
         if (k < n)
@@ -806,19 +823,11 @@ int ddpc_monitor_explain_peers(struct ddpc_comm *c, const struct ddpc_work *w, c
 
 int ddpc_monitor_explain(struct ddpc_comm *c, uint64_t seq, char *buf, size_t n)
 {
-    ddpc_t rt = c ? c->rt : NULL;
-    struct ddpc_monitor *m = rt ? rt->mon : NULL;
-    if (!m || n == 0 || c->id < 0 || c->id >= MON_MAX_COMMS)
-        return -1;
-    mon_row_t *rows = calloc((size_t)m->size, sizeof *rows);
-    if (!rows)
-        return -1;
-    char why[256];
-    if (ask_table(m, c->id, rows, why, sizeof why)) {
-        snprintf(buf, n, "%s", why);
-        free(rows);
-        return 0;
-    }
+    struct ddpc_monitor *m;
+    mon_row_t *rows;
+    int got = table_of(c, &m, &rows, buf, n);
+    if (got <= 0)
+        return got;
     /* the rows of c's ranks only (rows are by world rank) */
     for (int r = 0; c->members && r < m->size; r++) {
         int in = 0;
