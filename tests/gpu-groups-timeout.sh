@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # gpu-groups-timeout.sh: on nccl, a send without its receive (tests/gpu_groups
 # timeout-nccl), in a process run of its own at 2 and 4 ranks: the watchdog
-# aborts every NCCL communicator of rank 0, whose next call says why.
+# aborts every NCCL communicator of rank 0, whose next call says why, with
+# the side channel's word on the peer (rank 1: alive).
 # Under the emulation, rank 0's aborted send stays a pending MPI request, so
 # the emulation leaves MPI unfinalized there ("MPI_Finalize skipped"); the
 # other ranks then wait for it in MPICH's MPI_Finalize and hydra ends them
@@ -26,6 +27,8 @@ for np in 2 4; do
     esac
     grep -q "^gpu_groups: $np rank(s): ok$" "$TMP/out" || fail "$np ranks: the checks did not pass"
     grep -q "the watchdog aborted after" "$TMP/out" || fail "$np ranks: no timeout seen"
+    grep -Eq "the matching transfer .*; the peer: rank 1 on [^:]+: alive" "$TMP/out" ||
+        fail "$np ranks: the watchdog's message does not say how the peer (rank 1) is"
 done
 [ "$skips" -eq 2 ] && skip "no GPU per rank for nccl (the emulation: DDPC_EMU_DEVICES=4)"
 exit 0
