@@ -6,6 +6,9 @@
 #  - --metrics on a full device (/dev/full): a warning once, exit 1 at the end
 #  - a checkpoint directory that cannot be written (a dangling link, a file in
 #    its path, read-only): exit 1 at the start, before training
+#  - cuda (the CUDA model and a device, or the emulation): fp16 with pipeline
+#    stages refused once, exit 2; --cuda-graph on with stages trains without
+#    graphs, saying so once
 . "$(dirname "$0")/lib.sh"
 TRAINER="$top_builddir/trainer"
 need_fmnist
@@ -82,4 +85,26 @@ if [ "$(id -u)" -ne 0 ] || [ -n "$as" ]; then
     if grep -q '^epoch ' "$TMP/out"; then cat "$TMP/out"; fail "read-only --ckpt-dir: it trained first"; fi
 else
     echo "SKIP (part): root without setpriv or a nobody user: a directory root cannot write cannot be made"
+fi
+
+# --- pipelines on cuda (where the trainer has the CUDA model and sees a
+# device, the emulation's included): fp16 with stages is refused once, exit
+# 2, before training; --cuda-graph on trains the pipeline without graphs
+# and says so
+if mpirun_t 1 "$TRAINER" $COMMON --ckpt-dir none --device cuda --max-steps 1 >"$TMP/probe" 2>&1; then
+    PC="--data $DATA --hidden 16,16 --batch-size 32 --threads 1 --seed 1 --max-steps 2 --ckpt-dir none --device cuda"
+    expect_fail_msg '^trainer: --precision fp16: not supported with --pipeline-stages 2 on cuda yet' \
+        mpirun_t 2 "$TRAINER" $PC --precision fp16 --pipeline-stages 2 --micro-batches 2
+    rc=$(mpirun_t 2 "$TRAINER" $PC --precision fp16 --pipeline-stages 2 --micro-batches 2 >/dev/null 2>&1; echo $?)
+    [ "$rc" -eq 2 ] || fail "fp16 with stages on cuda: exit $rc, expected 2"
+    [ "$(grep -c 'fp16: not supported' "$TMP/out")" -eq 1 ] || { cat "$TMP/out"; fail "fp16 with stages: not one message"; }
+    if grep -q '^epoch \|^final' "$TMP/out"; then cat "$TMP/out"; fail "fp16 with stages: it trained"; fi
+    mpirun_t 2 "$TRAINER" $PC --pipeline-stages 2 --cuda-graph on >"$TMP/graph" 2>&1 \
+        || { cat "$TMP/graph"; fail "a cuda pipeline with --cuda-graph on: exit $?"; }
+    [ "$(grep -c '^trainer: --cuda-graph on: pipeline stages (--pipeline-stages 2) are not captured; training without CUDA graphs' "$TMP/graph")" -eq 1 ] \
+        || { cat "$TMP/graph"; fail "--cuda-graph on with stages: not one note"; }
+    grep -q '^final: ' "$TMP/graph" || { cat "$TMP/graph"; fail "--cuda-graph on with stages: no final line"; }
+    echo "ok: a cuda pipeline with --cuda-graph on trains without graphs, saying so once"
+else
+    echo "SKIP (part): no CUDA trainer or device here: the cuda pipeline refusals are not tested ($(grep -m1 -i 'cuda' "$TMP/probe"))"
 fi
