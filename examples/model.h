@@ -90,7 +90,7 @@ typedef struct {
      * at layer 0 takes the previous stage's activations (B, in(first)) as its
      * input x; one that does not end at the last layer keeps its output after
      * the ReLU, computes no loss, and its backward starts from the gradient
-     * the caller puts in output_grad. cpu only. */
+     * the caller puts in output_grad. cpu and cuda (fp32, bf16). */
     int stage_first, stage_end;
 } model_place_t;
 
@@ -117,7 +117,12 @@ typedef struct {
     /* The next batch: x (B, inputs) float32 row-major and labels y (B,) in
      * [0, classes), host memory, valid until the backward of that batch
      * returns (the cpu keeps pointing at x; cuda copies on its copy stream,
-     * double-buffered, and returns before the copy is done). 0, or -1. */
+     * double-buffered, and returns before the copy is done). 0, or -1.
+     * A pipeline stage that does not start at layer 0 passes x = NULL: its
+     * input is what the caller wrote into input() (cuda: must be NULL
+     * there; cpu: x, when given, is read instead, as the previous stage's
+     * activations in host memory). y may be NULL on a stage that is not the
+     * last (none is read). */
     int (*upload)(model_t *m, const float *x, const uint8_t *y, int B);
     /* Forward of the last uploaded batch. Its mean loss and hits add to the
      * stats; keeps what backward needs. 0, or -1. */
@@ -136,16 +141,29 @@ typedef struct {
     int (*params_io)(model_t *m, float *host, int to_model);
     /* The message of the last -1 */
     const char *(*error)(model_t *m);
-    /* Pipeline stages (NULL where the device has none): a stage that is not
-     * the last: output is its last forward's output (B, out(stage_end-1)),
+    /* Pipeline stages (NULL where the device has none). The buffers are
+     * owned by the model and hold elements of its activation type: float32
+     * on the cpu; on cuda the GEMMs' type (float32, bf16 with --precision
+     * bf16), in the device's memory (the model's GPU), written and read in
+     * order on the compute stream (where.stream), so a transfer issued on
+     * that stream after forward (output) or before backward (output_grad)
+     * needs no host synchronization. A stage that is not the last: output
+     * is its last forward's output after the ReLU (B, out(stage_end-1)),
      * output_grad the buffer (max_batch, out(stage_end-1)) that the caller
-     * fills with dloss/doutput before backward; a stage that is not the
-     * first: input_grad is dloss/dx (B, in(stage_first)) after backward.
-     * Host memory owned by the model, valid until its next forward or
-     * backward. upload's y may be NULL on a stage that is not the last. */
-    const float *(*output)(model_t *m);
-    float *(*output_grad)(model_t *m);
-    const float *(*input_grad)(model_t *m);
+     * fills with dloss/doutput before backward. A stage that is not the
+     * first: input is the buffer (max_batch, in(stage_first)) that the
+     * caller fills with the previous stage's output before upload(m, NULL,
+     * ...), read until that batch's backward returns; input_grad is the
+     * gradient for the previous stage's output (B, in(stage_first)) after
+     * backward (the cpu's has the previous stage's ReLU mask applied, the
+     * cuda model's not: there the previous stage applies it, with its
+     * bias gradient, as the whole model's unfused path does; either way
+     * the previous stage computes the same). Each is valid until the
+     * model's next forward or backward. */
+    const void *(*output)(model_t *m);
+    void *(*output_grad)(model_t *m);
+    const void *(*input_grad)(model_t *m);
+    void *(*input)(model_t *m);
 } model_ops_t;
 
 extern const model_ops_t model_cpu_ops;
@@ -159,6 +177,11 @@ void model_cuda_close(void *stream); /* NULL is a no-op */
 /* The input slot (0 or 1) the last upload filled: a CUDA graph of a step
  * reads one slot, so the trainer keeps one graph per slot. */
 int model_cuda_upload_slot(const model_t *m);
+/* bytes between host memory and the device's (to_device: host -> device),
+ * ordered on stream and waited for: the trainer's copies of the engine's
+ * arenas (pipeline checkpoints). 0, or -1 with the reason in err. */
+int model_cuda_copy(void *stream, void *dst, const void *src, size_t bytes, int to_device,
+                    char *err, size_t errlen);
 /* CUDA graphs of whole steps on stream: capture (thread-local mode: a call
  * that would synchronize invalidates the capture instead of running), end
  * and instantiate into *exec, launch, free. 0, or -1 with the reason. */

@@ -37,7 +37,8 @@ struct model {
     float *d0, *d1;                         /* (max_batch, widest) gradient ping-pong */
     float *gout;                            /* end < nlayers: (max_batch, out(end-1)) */
     const float *gin;                       /* first > 0: dloss/dx after backward */
-    const float *x;                         /* the uploaded batch: the caller's x */
+    float *xin;                             /* first > 0: (max_batch, in(first)): input() */
+    const float *x;                         /* the uploaded batch: the caller's x or xin */
     int *y;                                 /* (max_batch,) its labels as ints */
     int nb;                                 /* its size */
     model_stats_t st;                       /* since the last stats call */
@@ -99,6 +100,7 @@ static void cpu_destroy(model_t *m)
     free(m->d0);
     free(m->d1);
     free(m->gout);
+    free(m->xin);
     free(m->y);
     free(m);
 }
@@ -152,6 +154,9 @@ static model_t *cpu_create(const model_spec_t *s, const model_place_t *where, in
     else
         ok = ok && (m->gout = malloc((size_t)max_batch * (size_t)model_layer_out(s, m->end - 1) *
                                      sizeof(float)));
+    if (m->first > 0)
+        ok = ok && (m->xin = malloc((size_t)max_batch * (size_t)model_layer_in(s, m->first) *
+                                    sizeof(float)));
     ok = ok && (m->d0 = malloc((size_t)max_batch * widest * sizeof(float)));
     ok = ok && (m->d1 = malloc((size_t)max_batch * widest * sizeof(float)));
     ok = ok && (m->y = malloc((size_t)max_batch * sizeof(int)));
@@ -182,7 +187,11 @@ static int cpu_upload(model_t *m, const float *x, const uint8_t *y, int B)
         snprintf(m->err, sizeof m->err, "model: the last stage needs the labels");
         return -1;
     }
-    m->x = x;
+    if (!x && !m->xin) {
+        snprintf(m->err, sizeof m->err, "model: the first stage needs the inputs");
+        return -1;
+    }
+    m->x = x ? x : m->xin;
     m->nb = B;
     return 0;
 }
@@ -305,11 +314,13 @@ static int cpu_backward(model_t *m, double scale, model_grad_ready_fn cb, void *
     return 0;
 }
 
-static const float *cpu_output(model_t *m) { return m->act[m->end]; }
-static float *cpu_output_grad(model_t *m) { return m->gout; }
-static const float *cpu_input_grad(model_t *m) { return m->gin; }
+static const void *cpu_output(model_t *m) { return m->act[m->end]; }
+static void *cpu_output_grad(model_t *m) { return m->gout; }
+static const void *cpu_input_grad(model_t *m) { return m->gin; }
+static void *cpu_input(model_t *m) { return m->xin; }
 
 const model_ops_t model_cpu_ops = {"cpu",         cpu_create,   cpu_destroy,
                                    cpu_upload,    cpu_forward,  cpu_backward,
                                    cpu_stats,     cpu_params_io, cpu_error,
-                                   cpu_output,    cpu_output_grad, cpu_input_grad};
+                                   cpu_output,    cpu_output_grad, cpu_input_grad,
+                                   cpu_input};

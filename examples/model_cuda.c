@@ -41,7 +41,23 @@
  * Input: upload() copies the host batch into one of two pinned buffers and
  * from there, on a copy stream, into one of two device buffers; the compute
  * stream waits for that copy with an event, and the copy into a device buffer
- * waits for the work that read it two batches ago. */
+ * waits for the work that read it two batches ago.
+ *
+ * A pipeline stage (model_place_t's stage_first, stage_end) computes layers
+ * [first, end) with the same GEMMs and kernels, on the same shapes, as the
+ * whole model runs for them; its arenas are the stage's (offsets from layer
+ * first). A stage after the first reads its input from xin (the previous
+ * stage's activations, GEMM type, which the caller receives there on the
+ * compute stream) and ends its backward with layer first's data-gradient
+ * GEMM into gin, without an epilogue: the ReLU and the bias gradient of
+ * layer first-1 belong to the previous stage. A stage before the last ends
+ * its forward at the ReLU of layer end-1 (act[end-1] is its output) and
+ * starts its backward from gout: layer end-1's ReLU gradient and bias
+ * gradient by the unfused kernel (mk_bias_grad, masking by act[end-1]), then
+ * on as the whole model. So at a stage boundary the whole model's unfused
+ * path runs; where the whole model fuses that data gradient (DRELU_BGRAD),
+ * the split is bitwise the whole model only where the epilogue sums as the
+ * kernel does (the emulation, in float32) or under DDPC_TRAINER_GEMM=unfused. */
 #ifndef TRAINER_HAVE_CUDA_MODEL
 #define TRAINER_HAVE_CUDA_MODEL 1 /* this file is the CUDA model: model.h declares it */
 #endif
@@ -79,6 +95,7 @@ struct model {
     model_spec_t spec;
     model_place_t where;
     int nlayers, max_batch;
+    int first, end;            /* the layers computed: [first, end) of nlayers */
     int fuse;                  /* FUSE_* bits: the epilogues in use */
     int noalgo;                /* the last plan failed: cuBLASLt offered no algorithm */
     int warned;                /* messages about a batch size without an epilogue */
@@ -100,7 +117,10 @@ struct model {
     void *act[MODEL_MAX_LAYERS];   /* hidden outputs (max_batch, out), GEMM type */
     unsigned char *mask[MODEL_MAX_LAYERS]; /* their ReLU bit-masks (FUSE_FWD) */
     int64_t mask_ld[MODEL_MAX_LAYERS];     /* bits, a multiple of 128 */
-    float *logits;             /* (max_batch, classes) float32, then its gradient */
+    float *logits;             /* end == nlayers: (max_batch, classes) float32, then its gradient */
+    void *xin;                 /* first > 0: (max_batch, in(first)) GEMM type: input() */
+    void *gin;                 /* first > 0: (max_batch, in(first)) GEMM type: input_grad() */
+    void *gout;                /* end < nlayers: (max_batch, out(end-1)) GEMM type: output_grad() */
     void *dbuf[2];             /* (max_batch, widest) gradient ping-pong, GEMM type */
     void *bscratch;            /* (widest,) an epilogue's bias gradient (float32 or type) */
     double *acc;               /* device (4,): the stats */
@@ -131,25 +151,25 @@ static int lt(model_t *m, cublasStatus_t e, const char *call)
     return e == CUBLAS_STATUS_SUCCESS ? 0 : fail(m, "%s: cuBLAS status %d", call, (int)e);
 }
 
-static size_t layer_offset(const model_spec_t *s, int l) /* of W_l in the arena */
+static size_t layer_offset(const model_t *m, int l) /* of W_l in the (stage's) arena */
 {
     size_t off = 0;
-    for (int i = 0; i < l; i++)
-        off += (size_t)model_layer_out(s, i) * ((size_t)model_layer_in(s, i) + 1);
+    for (int i = m->first; i < l; i++)
+        off += (size_t)model_layer_out(&m->spec, i) * ((size_t)model_layer_in(&m->spec, i) + 1);
     return off;
 }
 
 /* views of layer l's weight and bias in the GEMMs' type (the half copy or the arena) */
 static const void *W_of(model_t *m, int l)
 {
-    size_t off = layer_offset(&m->spec, l);
+    size_t off = layer_offset(m, l);
     return m->half ? (const void *)((const char *)m->half + off * m->esize)
                    : (const void *)(m->params + off);
 }
 
 static const void *b_of(model_t *m, int l)
 {
-    size_t off = layer_offset(&m->spec, l) +
+    size_t off = layer_offset(m, l) +
                  (size_t)model_layer_out(&m->spec, l) * (size_t)model_layer_in(&m->spec, l);
     return m->half ? (const void *)((const char *)m->half + off * m->esize)
                    : (const void *)(m->params + off);
@@ -161,11 +181,11 @@ static const void *fwd_bias(model_t *m, int l)
 {
     if (l < m->nlayers - 1)
         return b_of(m, l);
-    return m->params + layer_offset(&m->spec, l) +
+    return m->params + layer_offset(m, l) +
            (size_t)model_layer_out(&m->spec, l) * (size_t)model_layer_in(&m->spec, l);
 }
 
-static float *dW_of(model_t *m, int l) { return m->grads + layer_offset(&m->spec, l); }
+static float *dW_of(model_t *m, int l) { return m->grads + layer_offset(m, l); }
 
 static float *db_of(model_t *m, int l)
 {
@@ -390,6 +410,9 @@ static void cuda_destroy(model_t *m)
     cudaFree(m->half);
     cudaFree(m->xh);
     cudaFree(m->logits);
+    cudaFree(m->xin);
+    cudaFree(m->gin);
+    cudaFree(m->gout);
     cudaFree(m->bscratch);
     cudaFree(m->acc);
     cudaFreeHost(m->hacc);
@@ -415,11 +438,16 @@ static model_t *cuda_create(const model_spec_t *s, const model_place_t *where, i
         snprintf(err, errlen, "model (cuda): no GPU given");
         return NULL;
     }
-    if (where->stage_first != 0 ||
-        (where->stage_end != 0 && where->stage_end != model_num_layers(s))) {
-        snprintf(err, errlen, "model (cuda): pipeline stages are not supported on cuda yet "
-                 "(layers %d-%d asked for); use --device cpu", where->stage_first,
-                 where->stage_end - 1);
+    const int L = model_num_layers(s);
+    const int first = where->stage_first, end = where->stage_end ? where->stage_end : L;
+    if (first < 0 || first >= end || end > L) {
+        snprintf(err, errlen, "model (cuda): stage of layers [%d, %d) out of range (%d layers)",
+                 first, end, L);
+        return NULL;
+    }
+    if (where->precision == PRECISION_FP16 && (first > 0 || end < L)) {
+        snprintf(err, errlen, "model (cuda): --precision fp16: a pipeline stage has no loss "
+                 "of its own to scale (use fp32 or bf16)");
         return NULL;
     }
     if (max_batch < 1 || s->nhidden < 0 || s->nhidden > MODEL_MAX_HIDDEN) {
@@ -438,9 +466,11 @@ static model_t *cuda_create(const model_spec_t *s, const model_place_t *where, i
     }
     m->spec = *s;
     m->where = *where;
-    m->nlayers = model_num_layers(s);
+    m->nlayers = L;
+    m->first = first;
+    m->end = end;
     m->max_batch = max_batch;
-    m->nparams = model_param_count(s);
+    m->nparams = model_layers_param_count(s, first, end);
     m->params = params;
     m->grads = grads;
     m->s = (cudaStream_t)where->stream;
@@ -448,19 +478,21 @@ static model_t *cuda_create(const model_spec_t *s, const model_place_t *where, i
                : where->precision == PRECISION_FP16 ? CUDA_R_16F
                                                     : CUDA_R_32F;
     m->esize = m->ctype == CUDA_R_32F ? 4 : 2;
-    size_t widest = (size_t)s->inputs, B = (size_t)max_batch;
-    for (int l = 0; l < m->nlayers; l++)
+    size_t widest = (size_t)model_layer_in(s, first), B = (size_t)max_batch;
+    for (int l = first; l < end; l++)
         widest = (size_t)model_layer_out(s, l) > widest ? (size_t)model_layer_out(s, l) : widest;
+    const size_t in0 = (size_t)model_layer_in(s, first), outn = (size_t)model_layer_out(s, end - 1);
     int ok = !cu(m, cudaSetDevice(where->device), "cudaSetDevice") &&
              !lt(m, cublasLtCreate(&m->lt), "cublasLtCreate") &&
              !cu(m, cudaStreamCreateWithFlags(&m->copy, cudaStreamNonBlocking),
                  "cudaStreamCreateWithFlags") &&
              !dalloc(m, &m->ws, WORKSPACE, "the cuBLASLt workspace");
     for (int k = 0; ok && k < 2; k++) {
-        ok = !cu(m, cudaMallocHost((void **)&m->hx[k], B * s->inputs * sizeof(float)),
-                 "cudaMallocHost") &&
-             !cu(m, cudaMallocHost((void **)&m->hy[k], B * sizeof(int)), "cudaMallocHost") &&
-             !dalloc(m, (void **)&m->dx[k], B * s->inputs * sizeof(float), "a batch") &&
+        if (first == 0) /* the host's batches: the first stage's only */
+            ok = !cu(m, cudaMallocHost((void **)&m->hx[k], B * s->inputs * sizeof(float)),
+                     "cudaMallocHost") &&
+                 !dalloc(m, (void **)&m->dx[k], B * s->inputs * sizeof(float), "a batch");
+        ok = ok && !cu(m, cudaMallocHost((void **)&m->hy[k], B * sizeof(int)), "cudaMallocHost") &&
              !dalloc(m, (void **)&m->dy[k], B * sizeof(int), "labels") &&
              !dalloc(m, &m->dbuf[k], B * widest * m->esize, "gradients") &&
              !cu(m, cudaEventCreateWithFlags(&m->copied[k], cudaEventDisableTiming),
@@ -468,20 +500,27 @@ static model_t *cuda_create(const model_spec_t *s, const model_place_t *where, i
              !cu(m, cudaEventCreateWithFlags(&m->consumed[k], cudaEventDisableTiming),
                  "cudaEventCreate");
     }
-    for (int l = 0; ok && l < m->nlayers - 1; l++) {
+    for (int l = first; ok && l < end && l < m->nlayers - 1; l++) {
         size_t out = (size_t)model_layer_out(s, l);
         m->mask_ld[l] = (int64_t)((out + 127) / 128 * 128);
         ok = !dalloc(m, &m->act[l], B * out * m->esize, "activations") &&
              !dalloc(m, (void **)&m->mask[l], (size_t)m->mask_ld[l] / 8 * B, "a ReLU mask");
     }
-    ok = ok && !dalloc(m, (void **)&m->logits, B * s->classes * sizeof(float), "logits") &&
-         !dalloc(m, &m->bscratch, widest * sizeof(float), "bias gradients") &&
+    if (ok && end == m->nlayers)
+        ok = !dalloc(m, (void **)&m->logits, B * s->classes * sizeof(float), "logits");
+    else if (ok)
+        ok = !dalloc(m, &m->gout, B * outn * m->esize, "the output's gradient");
+    if (ok && first > 0)
+        ok = !dalloc(m, &m->xin, B * in0 * m->esize, "the stage's input") &&
+             !dalloc(m, &m->gin, B * in0 * m->esize, "the input's gradient");
+    ok = ok && !dalloc(m, &m->bscratch, widest * sizeof(float), "bias gradients") &&
          !dalloc(m, (void **)&m->acc, 4 * sizeof(double), "stats") &&
          !cu(m, cudaMallocHost((void **)&m->hacc, 4 * sizeof(double)), "cudaMallocHost") &&
          !cu(m, cudaMemsetAsync(m->acc, 0, 4 * sizeof(double), m->s), "cudaMemsetAsync");
     if (ok && m->ctype != CUDA_R_32F)
         ok = !dalloc(m, &m->half, m->nparams * m->esize, "the half copy of the parameters") &&
-             !dalloc(m, &m->xh, B * s->inputs * m->esize, "the half copy of a batch");
+             (first > 0 ||
+              !dalloc(m, &m->xh, B * s->inputs * m->esize, "the half copy of a batch"));
     if (ok) {
         const char *force = getenv("DDPC_TRAINER_GEMM");
         char why[512] = "";
@@ -510,7 +549,12 @@ static int cuda_upload(model_t *m, const float *x, const uint8_t *y, int B)
 {
     if (B < 1 || B > m->max_batch)
         return fail(m, "batch of %d samples, expected 1 to %d", B, m->max_batch);
-    for (int i = 0; i < B; i++)
+    if (!x != (m->first > 0))
+        return fail(m, x ? "a stage after the first reads its input from input(), not the host"
+                         : "the first stage needs the inputs");
+    if (!y && m->end == m->nlayers)
+        return fail(m, "the last stage needs the labels");
+    for (int i = 0; y && i < B; i++)
         if (y[i] >= m->spec.classes)
             return fail(m, "label %d of sample %d is not in [0, %d)", y[i], i, m->spec.classes);
     /* what the compute stream did so far is all that can read the current slot */
@@ -520,14 +564,15 @@ static int cuda_upload(model_t *m, const float *x, const uint8_t *y, int B)
     size_t xb = (size_t)B * m->spec.inputs * sizeof(float);
     if (cu(m, cudaEventSynchronize(m->copied[k]), "cudaEventSynchronize")) /* pinned slot free */
         return -1;
-    memcpy(m->hx[k], x, xb);
-    for (int i = 0; i < B; i++)
+    if (x)
+        memcpy(m->hx[k], x, xb);
+    for (int i = 0; y && i < B; i++)
         m->hy[k][i] = y[i];
     if (cu(m, cudaStreamWaitEvent(m->copy, m->consumed[k], 0), "cudaStreamWaitEvent") ||
-        cu(m, cudaMemcpyAsync(m->dx[k], m->hx[k], xb, cudaMemcpyHostToDevice, m->copy),
-           "cudaMemcpyAsync") ||
-        cu(m, cudaMemcpyAsync(m->dy[k], m->hy[k], (size_t)B * sizeof(int), cudaMemcpyHostToDevice,
-                              m->copy), "cudaMemcpyAsync") ||
+        (x && cu(m, cudaMemcpyAsync(m->dx[k], m->hx[k], xb, cudaMemcpyHostToDevice, m->copy),
+                 "cudaMemcpyAsync")) ||
+        (y && cu(m, cudaMemcpyAsync(m->dy[k], m->hy[k], (size_t)B * sizeof(int),
+                                    cudaMemcpyHostToDevice, m->copy), "cudaMemcpyAsync")) ||
         cu(m, cudaEventRecord(m->copied[k], m->copy), "cudaEventRecord") ||
         cu(m, cudaStreamWaitEvent(m->s, m->copied[k], 0), "cudaStreamWaitEvent"))
         return -1;
@@ -615,14 +660,24 @@ static gemm_t dx_gemm(model_t *m, int l, const void *d, void *dprev, int fuse)
     return g;
 }
 
+/* The input of layer l (GEMM type) for the batch in upload slot k: the
+ * batch (or its half copy) at layer 0, the previous stage's activations at a
+ * later stage's first layer, else layer l-1's output. */
+static const void *stage_input(const model_t *m, int l, int k)
+{
+    if (l == 0)
+        return m->half ? m->xh : (const void *)m->dx[k];
+    return l == m->first ? (const void *)m->xin : (const void *)m->act[l - 1];
+}
+
 static int fused_offered(model_t *m, int B, char *why, size_t n)
 {
     int fuse = FUSE_ALL;
     size_t k = 0;
     why[0] = 0;
-    for (int l = 0; l < m->nlayers; l++) {
+    for (int l = m->first; l < m->end; l++) {
         const int last = l == m->nlayers - 1;
-        const void *a = l == 0 ? (m->half ? m->xh : (void *)m->dx[0]) : m->act[l - 1];
+        const void *a = stage_input(m, l, 0);
         const void *d = last && !m->half ? (const void *)m->logits : m->dbuf[0];
         cudaDataType_t dt = last && !m->half ? CUDA_R_32F : m->ctype;
         gemm_t g[3];
@@ -631,7 +686,8 @@ static int fused_offered(model_t *m, int B, char *why, size_t n)
         g[0].N = B;
         g[1] = dw_gemm(m, l, a, d, dt, FUSE_ALL);
         g[1].K = B;
-        const int ng = l > 0 ? 3 : 2; /* layer 0 has no data gradient */
+        /* layer 0 has no data gradient; a stage's first layer's is plain */
+        const int ng = l > m->first ? 3 : 2;
         if (l > 0) {
             g[2] = dx_gemm(m, l, d, m->dbuf[1], FUSE_ALL);
             g[2].N = B;
@@ -657,14 +713,11 @@ static int cuda_forward(model_t *m)
     if (!m->have_slot)
         return fail(m, "forward before any upload");
     const int k = m->slot, B = m->nb[k];
-    const void *a = m->dx[k];
-    if (m->half) {
-        if (launch_cast(m, m->params, m->half, m->nparams) ||
-            launch_cast(m, m->dx[k], m->xh, (size_t)B * m->spec.inputs))
-            return -1;
-        a = m->xh;
-    }
-    for (int l = 0; l < m->nlayers; l++) {
+    if (m->half && (launch_cast(m, m->params, m->half, m->nparams) ||
+                    (m->first == 0 && launch_cast(m, m->dx[k], m->xh, (size_t)B * m->spec.inputs))))
+        return -1;
+    const void *a = stage_input(m, m->first, k);
+    for (int l = m->first; l < m->end; l++) {
         const int last = l == m->nlayers - 1;
         gemm_t g = fwd_gemm(m, l, a, m->fuse);
         g.N = B;
@@ -676,8 +729,10 @@ static int cuda_forward(model_t *m)
             return -1;
         a = g.D;
     }
-    cudaError_t e = mk_softmax_xent(m->logits, m->dy[k], B, m->spec.classes, m->acc, m->s);
     m->B = B;
+    if (m->end < m->nlayers) /* a stage before the last: its output goes on */
+        return 0;
+    cudaError_t e = mk_softmax_xent(m->logits, m->dy[k], B, m->spec.classes, m->acc, m->s);
     return cu(m, e, "loss kernel");
 }
 
@@ -686,28 +741,44 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
     const int B = m->B, C = m->spec.classes, k = m->slot;
     if (!B)
         return fail(m, "backward before forward");
-    /* the loss gradient: float32 in the logits, scaled, in the GEMMs' type */
-    const void *d = m->logits;
-    cudaDataType_t dt = CUDA_R_32F;
-    size_t n = (size_t)B * C;
-    const double *ls = m->where.precision == PRECISION_FP16 ? m->where.loss_scale : NULL;
-    cudaError_t e;
-    if (m->half) {
-        e = mk_grad_prep(m->logits, m->dbuf[0], m->ctype, n, (float)scale, ls, m->s);
-        d = m->dbuf[0];
+    const void *d;
+    cudaDataType_t dt;
+    int ping = 0; /* the dbuf the next data gradient goes to */
+    if (m->end < m->nlayers) {
+        /* a stage before the last: from the gradient of its output, which
+           the next stage sent (scaled there); layer end-1's ReLU gradient
+           and bias gradient as the whole model's unfused data-gradient step */
+        const int l = m->end - 1;
+        if (launch_bias_grad(m, m->gout, m->act[l], m->ctype, model_layer_out(&m->spec, l), B,
+                             db_of(m, l)))
+            return -1;
+        d = m->gout;
         dt = m->ctype;
-    } else if (scale != 1.0 || ls) {
-        e = mk_grad_prep(m->logits, m->logits, CUDA_R_32F, n, (float)scale, ls, m->s);
     } else {
-        e = cudaGetLastError();
+        /* the loss gradient: float32 in the logits, scaled, in the GEMMs' type */
+        d = m->logits;
+        dt = CUDA_R_32F;
+        size_t n = (size_t)B * C;
+        const double *ls = m->where.precision == PRECISION_FP16 ? m->where.loss_scale : NULL;
+        cudaError_t e;
+        if (m->half) {
+            e = mk_grad_prep(m->logits, m->dbuf[0], m->ctype, n, (float)scale, ls, m->s);
+            d = m->dbuf[0];
+            dt = m->ctype;
+        } else if (scale != 1.0 || ls) {
+            e = mk_grad_prep(m->logits, m->logits, CUDA_R_32F, n, (float)scale, ls, m->s);
+        } else {
+            e = cudaGetLastError();
+        }
+        if (cu(m, e, "loss-gradient kernel"))
+            return -1;
+        ping = m->half ? 1 : 0;
     }
-    if (cu(m, e, "loss-gradient kernel"))
-        return -1;
-    int ping = m->half ? 1 : 0; /* the dbuf the next data gradient goes to */
-    for (int l = m->nlayers - 1; l >= 0; l--) {
+    const int p0 = 2 * m->first; /* grad_ready's indices are the stage's */
+    for (int l = m->end - 1; l >= m->first; l--) {
         const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
         const int last = l == m->nlayers - 1;
-        const void *a = l == 0 ? (m->half ? m->xh : (const void *)m->dx[k]) : m->act[l - 1];
+        const void *a = stage_input(m, l, k);
         gemm_t g = dw_gemm(m, l, a, d, dt, m->fuse);
         g.K = B;
         int fused;
@@ -716,14 +787,24 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
         if (last && (fused ? launch_bias_add(m, db_of(m, l), m->bscratch, CUDA_R_32F, out)
                            : launch_bias_grad(m, (void *)d, NULL, dt, out, B, db_of(m, l))))
             return -1;
-        /* layer l's bias is complete (the last: here; the others: at layer l+1) */
-        int rc = cb ? cb(ctx, 2 * l + 1) : 0;
+        /* layer l's bias is complete (the last: here; the others: at layer
+           l+1, or from gout at a stage's last layer) */
+        int rc = cb ? cb(ctx, 2 * l + 1 - p0) : 0;
         if (!rc)
-            rc = cb ? cb(ctx, 2 * l) : 0;
+            rc = cb ? cb(ctx, 2 * l - p0) : 0;
         if (rc)
             return rc;
         if (l == 0)
             break;
+        if (l == m->first) {
+            /* a later stage's first layer: the plain data gradient for the
+               previous stage, which applies layer l-1's ReLU and bias gradient */
+            g = dx_gemm(m, l, d, m->gin, m->fuse & ~FUSE_DX);
+            g.N = B;
+            if (gemm_or_plain(m, &g, B, &fused))
+                return -1;
+            break;
+        }
         void *dprev = m->dbuf[ping];
         /* the ReLU's mask only where this batch's forward wrote it */
         g = dx_gemm(m, l, d, dprev, m->mask_ok[l - 1] ? m->fuse : m->fuse & ~FUSE_DX);
@@ -766,10 +847,17 @@ static int cuda_params_io(model_t *m, float *host, int to_model)
 
 static const char *cuda_error(model_t *m) { return m->err; }
 
+/* a stage's buffers (model.h): device memory, GEMM type */
+static const void *cuda_output(model_t *m) { return m->end < m->nlayers ? m->act[m->end - 1] : NULL; }
+static void *cuda_output_grad(model_t *m) { return m->gout; }
+static const void *cuda_input_grad(model_t *m) { return m->gin; }
+static void *cuda_input(model_t *m) { return m->xin; }
+
 const model_ops_t model_cuda_ops = {"cuda",       cuda_create,    cuda_destroy,
                                     cuda_upload,  cuda_forward,   cuda_backward,
                                     cuda_stats,   cuda_params_io, cuda_error,
-                                    NULL,         NULL,           NULL}; /* no stages */
+                                    cuda_output,  cuda_output_grad, cuda_input_grad,
+                                    cuda_input};
 
 int model_cuda_device_count(void)
 {
@@ -792,6 +880,22 @@ int model_cuda_open(int device, void **stream, char *err, size_t errlen)
 }
 
 int model_cuda_upload_slot(const model_t *m) { return m->slot; }
+
+int model_cuda_copy(void *stream, void *dst, const void *src, size_t bytes, int to_device,
+                    char *err, size_t errlen)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice
+                                                               : cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "model (cuda): copying %zu bytes %s the device: %s", bytes,
+                 to_device ? "to" : "from", cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
 
 static int graph_fail(char *err, size_t errlen, const char *call, cudaError_t e)
 {

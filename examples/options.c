@@ -73,7 +73,7 @@ const char *options_usage(void)
            "  --grad-dtype fp32|bf16|fp16  gradients on the wire of the all-reduce\n"
            "                        (default fp32)\n"
            "  --seed S              initialization and shuffling (default 42)\n"
-           "pipeline (doc/pipeline.md; cpu):\n"
+           "pipeline (doc/pipeline.md; cpu and cuda):\n"
            "  --pipeline-stages S   split the layers over S consecutive ranks: the world is\n"
            "                        (ranks / S) replicas x S stages (default 1: off)\n"
            "  --micro-batches M     each replica's --batch-size in M micro-batches\n"
@@ -363,9 +363,6 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
         if (o->batch_size % M)
             return bad(err, n, "--micro-batches %d: --batch-size %d does not divide into %d "
                        "equal micro-batches", M, o->batch_size, M);
-        if (o->device == DEVICE_CUDA)
-            return bad(err, n, "--pipeline-stages/--micro-batches: the cuda model does not run "
-                       "pipelines yet (use --device cpu; --grad-accum accumulates on cuda)");
         o->pipe_batch = o->batch_size;
         o->batch_size /= M;
         o->grad_accum = M;

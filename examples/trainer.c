@@ -192,7 +192,7 @@ static int build_model(trainer_t *t)
     dc.compress = o->grad_dtype;
     dc.stream = t->stream;
     /* a pipeline stage's engine: its own layers' parameters, over its replicas */
-    ddpc_comm_t ec = t->pipelined ? t->col : t->dcomm ? t->dcomm : t->comm;
+    ddpc_comm_t ec = t->pipelined ? (t->dcol ? t->dcol : t->col) : t->dcomm ? t->dcomm : t->comm;
     if (ddpc_ddp_create(ec, &dc, &t->ddp) != DDPC_OK)
         return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
     int p0, p1;
@@ -653,16 +653,23 @@ int main(int argc, char **argv)
         gpu = -1;
         snprintf(note, sizeof note, "--device auto: using the cpu (a rank has no usable GPU)");
     }
-    if (dev == DEVICE_CUDA && t->pipelined) { /* --device cuda was refused with the options */
-        dev = DEVICE_CPU;
-        gpu = -1;
-        snprintf(note, sizeof note, "--device auto: using the cpu (pipelines run on the cpu "
-                 "only)");
-    }
     if (dev == DEVICE_CPU && o->precision != PRECISION_FP32) {
         if (t->rank == 0)
             fprintf(stderr, "trainer: --precision %s: needs the cuda device (%s)\n",
                     model_precision_name(o->precision), note[0] ? note : "--device cpu");
+        goto out;
+    }
+    if (dev == DEVICE_CUDA && t->S > 1 && (o->clip > 0 || o->precision == PRECISION_FP16)) {
+        /* the norm and the loss scale's skip decision are each stage's own */
+        if (t->rank == 0)
+            fprintf(stderr, "trainer: %s: not supported with --pipeline-stages %d on cuda yet "
+                    "(%s)\n", o->clip > 0 ? "--clip" : "--precision fp16", t->S,
+                    o->clip > 0 ? "a device engine's gradient norm stays on its GPU, and each "
+                                  "stage holds a part of the model; --device cpu clips over "
+                                  "the whole pipeline"
+                                : "each stage's optimizer would decide alone to skip a step; "
+                                  "use fp32 or bf16");
+        code = TRAINER_EXIT_USAGE;
         goto out;
     }
     t->gpu = gpu;
@@ -689,8 +696,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "trainer: %s\n", ddpc_last_error(t->rt));
             goto out;
         }
+        /* a pipeline's stages pass activations and reduce on the device */
+        if (t->pipelined && tr_pipe_device_grid(t))
+            goto out;
         t->graphs = o->cuda_graph;
-        if (t->graphs && ddpc_comm_backend(t->dcomm) != DDPC_BACKEND_NCCL) {
+        if (t->graphs && t->S > 1) {
+            t->graphs = 0;
+            tr_say(t, "trainer: --cuda-graph on: pipeline stages (--pipeline-stages %d) are not "
+                   "captured; training without CUDA graphs\n", t->S);
+        } else if (t->graphs && ddpc_comm_backend(t->dcomm) != DDPC_BACKEND_NCCL) {
             t->graphs = 0;
             tr_say(t, "trainer: --cuda-graph on: the %s backend runs host code in each all-reduce "
                    "and cannot be captured; training without CUDA graphs\n",
@@ -862,6 +876,8 @@ out:
     ddpc_optim_destroy(t->optim);
     ddpc_ddp_destroy(t->ddp);
     ddpc_comm_destroy(t->dcomm);
+    ddpc_comm_destroy(t->drow);
+    ddpc_comm_destroy(t->dcol);
     ddpc_comm_destroy(t->row);
     ddpc_comm_destroy(t->col);
 #ifdef TRAINER_HAVE_CUDA_MODEL

@@ -74,11 +74,18 @@ typedef struct {
     int S, R;                       /* stages, replicas: world = R x S, rank = replica*S + stage */
     int stage, replica;
     int first_layer[MODEL_MAX_LAYERS + 1]; /* stage s: layers [first_layer[s], first_layer[s+1]) */
-    ddpc_comm_t row;                /* this replica's pipeline (rank = stage): activations */
-    ddpc_comm_t col;                /* this stage's replicas (rank = replica): the engine */
+    ddpc_comm_t row;                /* this replica's pipeline (rank = stage), host memory:
+                                       activations on the cpu; the sums' and checksum's
+                                       broadcasts, checkpoints' tensors on every device */
+    ddpc_comm_t col;                /* this stage's replicas (rank = replica), host memory:
+                                       the engine on the cpu; the sums of the stats */
+    ddpc_comm_t drow, dcol;         /* cuda: the same grid of dcomm (its backend and the
+                                       compute stream): activations and the engine */
+    ddpc_dtype_t act_dtype;         /* the activations' elements on the wire */
     int nslots;                     /* micro-batches whose activations this stage keeps */
-    model_t **slots;                /* (nslots,) models on the same arenas; slots[0] = model */
-    float **slot_x;                 /* stage > 0: (nslots,) inputs received (slot 0: EVAL_BATCH) */
+    model_t **slots;                /* (nslots,) models on the same arenas; slots[0] = model;
+                                       a stage > 0 receives into ops->input(slot) (cuda:
+                                       device memory; slot 0 holds EVAL_BATCH) */
     float *step_x;                  /* stage 0: this step's micro-batches' inputs */
     uint8_t *step_y;                /* last stage: their labels */
     int *step_n;                    /* (M,) samples of each */
@@ -102,6 +109,10 @@ int tr_agree_same(trainer_t *t, int rc);
 /* A failure in the middle of a step cannot be agreed on (the other ranks are
  * in a collective): end the job with the message. */
 void tr_fatal(trainer_t *t, const char *what, const char *msg);
+/* bytes between host memory and the stage engine's arenas (t->ddp, t->optim:
+ * the GPU's on cuda, copied on the compute stream and waited for; to_arena:
+ * host -> arena). 0, or -1 through tr_fail. */
+int tr_arena_copy(trainer_t *t, void *dst, const void *src, size_t bytes, int to_arena);
 /* Stage s's parameters: [*p0, *p1) of the model's (all of them unpipelined). */
 void tr_stage_params(const trainer_t *t, int s, int *p0, int *p1);
 /* Register the model's parameters [p0, p1), in the model's order, with d. */
@@ -125,6 +136,9 @@ const char *tr_json_str(const char *s, char *buf, size_t n);
 int tr_pipe_setup(trainer_t *t);
 /* "pipeline: 2 stages x 2 replicas (1f1b, ...); stage 0: layers 0-1 (...)" */
 void tr_pipe_describe(trainer_t *t, char *buf, size_t n);
+/* cuda, collective over the world once the device communicator is made:
+ * the grid again on it (drow, dcol). 0, or -1 (said on rank 0). */
+int tr_pipe_device_grid(trainer_t *t);
 /* After the engine is built: the stage's models (one per micro-batch in
  * flight) and buffers. 0, or -1 through tr_fail. */
 int tr_pipe_start(trainer_t *t, const model_place_t *where, float *params, float *grads);

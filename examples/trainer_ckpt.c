@@ -38,9 +38,11 @@ static int pipe_ckpt_open(trainer_t *t)
 }
 
 /* dir 1: the stage's tensors (parameters, then each optimizer state) into
- * buf, packed; 0: back from buf. The whole model's engine (full) when
- * full_s >= 0: stage full_s's share of it. Returns the floats moved. */
-static size_t pack(trainer_t *t, int full_s, float *buf, int dir)
+ * buf, packed; 0: back from buf. The whole model's engine (full, host
+ * memory) when full_s >= 0: stage full_s's share of it; else the stage's
+ * engine, whose arenas are the GPU's on cuda (tr_arena_copy). Returns the
+ * floats moved; *rc -1 (through tr_fail) if a copy failed. */
+static size_t pack(trainer_t *t, int full_s, float *buf, int dir, int *rc)
 {
     ddpc_ddp_t d = full_s >= 0 ? t->full_ddp : t->ddp;
     ddpc_optim_t op = full_s >= 0 ? t->full_optim : t->optim;
@@ -53,10 +55,14 @@ static size_t pack(trainer_t *t, int full_s, float *buf, int dir)
         for (int i = p0; i < p1; i++) {
             ddpc_param_info_t pi;
             ddpc_ddp_param_info(d, base + i - p0, &pi);
-            if (buf && dir)
-                memcpy(buf + k, arena + pi.offset, pi.numel * sizeof *buf);
-            else if (buf)
-                memcpy(arena + pi.offset, buf + k, pi.numel * sizeof *buf);
+            size_t bytes = pi.numel * sizeof *buf;
+            if (buf && full_s >= 0 && dir)
+                memcpy(buf + k, arena + pi.offset, bytes);
+            else if (buf && full_s >= 0)
+                memcpy(arena + pi.offset, buf + k, bytes);
+            else if (buf && *rc == 0)
+                *rc = dir ? tr_arena_copy(t, buf + k, arena + pi.offset, bytes, 0)
+                          : tr_arena_copy(t, arena + pi.offset, buf + k, bytes, 1);
             k += pi.numel;
         }
     }
@@ -75,22 +81,27 @@ static int pipe_ckpt_collect(trainer_t *t)
     if (t->replica != 0)
         return 0;
     size_t most = 0;
+    int rc = 0;
     for (int s = 0; s < t->S; s++) {
-        size_t k = pack(t, s, NULL, 1);
+        size_t k = pack(t, s, NULL, 1, &rc);
         most = k > most ? k : most;
     }
+    /* host memory: the stages' tensors travel on the host row (MPI) */
     float *buf = malloc(most * sizeof *buf);
-    int rc = buf ? 0 : tr_fail(t, "checkpoint: no memory for %zu floats", most);
+    if (!buf)
+        rc = tr_fail(t, "checkpoint: no memory for %zu floats", most);
     for (int s = 0; rc == 0 && s < t->S; s++) {
         if (t->stage == 0) { /* world rank 0: its own, then each stage's */
-            if (s > 0 && ddpc_recv(t->row, buf, pack(t, s, NULL, 1), DDPC_F32, s) != DDPC_OK)
+            if (s > 0 && ddpc_recv(t->row, buf, pack(t, s, NULL, 1, &rc), DDPC_F32, s) != DDPC_OK)
                 rc = tr_fail(t, "checkpoint: stage %d's tensors: %s", s, ddpc_last_error(t->rt));
             else if (s == 0)
-                pack(t, -1, buf, 1);
+                pack(t, -1, buf, 1, &rc);
             if (rc == 0)
-                pack(t, s, buf, 0);
+                pack(t, s, buf, 0, &rc);
         } else if (s == t->stage) {
-            size_t k = pack(t, -1, buf, 1);
+            size_t k = pack(t, -1, buf, 1, &rc);
+            /* a failed copy still sends (the peer waits for it); the
+               failure is agreed on after */
             if (ddpc_send(t->row, buf, k, DDPC_F32, 0) != DDPC_OK)
                 rc = tr_fail(t, "checkpoint: sending stage %d's tensors: %s", s,
                              ddpc_last_error(t->rt));
@@ -104,12 +115,15 @@ static int pipe_ckpt_collect(trainer_t *t)
  * stage's share into its engine and optimizer. */
 static int pipe_ckpt_take(trainer_t *t)
 {
-    float *buf = malloc(pack(t, t->stage, NULL, 1) * sizeof *buf);
+    int rc = 0;
+    float *buf = malloc(pack(t, t->stage, NULL, 1, &rc) * sizeof *buf);
     if (!buf)
         return tr_fail(t, "resume: no memory for the stage's tensors");
-    pack(t, t->stage, buf, 1);
-    pack(t, -1, buf, 0);
+    pack(t, t->stage, buf, 1, &rc);
+    pack(t, -1, buf, 0, &rc);
     free(buf);
+    if (rc)
+        return rc;
     ddpc_optim_set_steps(t->optim, ddpc_optim_steps(t->full_optim));
     ddpc_optim_set_lr(t->optim, ddpc_optim_config(t->full_optim)->lr);
     ddpc_optim_set_loss_scale(t->optim, ddpc_optim_loss_scale(t->full_optim));

@@ -8,6 +8,11 @@
  * Exactness: every micro-batch goes through the same per-layer calls as in
  * the unsplit model, and backwards run in micro-batch order on every stage,
  * so the step is bitwise the unsplit trainer's with --grad-accum M.
+ * On cuda the activations stay in device memory: stage 0 uploads its
+ * micro-batches from the host, the others receive straight into their
+ * models' input buffers, and the transfers and the engine run on the grid
+ * of the device communicator (drow, dcol), stream-ordered with the model's
+ * work; the host communicators (row, col) keep the host-memory messages.
  * Not here: the host loop (trainer.c), checkpoints of pipelines
  * (trainer_ckpt.c: the whole model through world rank 0). */
 #include "trainer.h"
@@ -57,8 +62,26 @@ int tr_pipe_setup(trainer_t *t)
         fprintf(stderr, "trainer: %s\n", ddpc_last_error(t->rt));
         return -1;
     }
+    t->act_dtype = DDPC_F32;
     return 0;
 }
+
+int tr_pipe_device_grid(trainer_t *t)
+{
+    /* cfg NULL: dcomm's backend (nccl or mpi-staged), GPU and stream */
+    if (ddpc_comm_grid(t->dcomm, t->R, t->S, NULL, &t->drow, &t->dcol) != DDPC_OK) {
+        if (t->rank == 0)
+            fprintf(stderr, "trainer: %s\n", ddpc_last_error(t->rt));
+        return -1;
+    }
+    /* the model's activations are in its GEMMs' type */
+    t->act_dtype = t->opt.precision == PRECISION_BF16 ? DDPC_BF16
+                   : t->opt.precision == PRECISION_FP16 ? DDPC_F16 : DDPC_F32;
+    return 0;
+}
+
+/* the communicator of the activations: the device's on cuda */
+static ddpc_comm_t act_comm(trainer_t *t) { return t->drow ? t->drow : t->row; }
 
 int tr_pipe_start(trainer_t *t, const model_place_t *where, float *params, float *grads)
 {
@@ -69,9 +92,8 @@ int tr_pipe_start(trainer_t *t, const model_place_t *where, float *params, float
        forwards, then one forward for each backward) */
     t->nslots = o->schedule == SCHEDULE_GPIPE ? M : (t->S - t->stage < M ? t->S - t->stage : M);
     t->slots = calloc((size_t)t->nslots, sizeof *t->slots);
-    t->slot_x = calloc((size_t)t->nslots, sizeof *t->slot_x);
     t->step_n = calloc((size_t)M, sizeof *t->step_n);
-    if (!t->slots || !t->slot_x || !t->step_n)
+    if (!t->slots || !t->step_n)
         return tr_fail(t, "out of memory for the pipeline");
     const int a = t->first_layer[t->stage], b = t->first_layer[t->stage + 1];
     model_place_t w = *where;
@@ -85,8 +107,9 @@ int tr_pipe_start(trainer_t *t, const model_place_t *where, float *params, float
         t->slots[i] = t->ops->create(ms, &w, max_batch, params, grads, err, sizeof err);
         if (!t->slots[i])
             return tr_fail(t, "%s", err);
-        if (t->stage > 0 && !(t->slot_x[i] = malloc((size_t)max_batch * in * sizeof(float))))
-            return tr_fail(t, "out of memory for the pipeline's activations");
+        if (t->stage > 0 && (!t->ops->input || !t->ops->input(t->slots[i])))
+            return tr_fail(t, "the %s model has no input buffer for a pipeline stage",
+                           t->ops->name);
     }
     t->model = t->slots[0];
     if (t->stage == 0 && !(t->step_x = malloc((size_t)M * mb * in * sizeof(float))))
@@ -101,12 +124,9 @@ void tr_pipe_destroy(trainer_t *t)
     for (int i = 0; t->slots && i < t->nslots; i++) {
         if (t->slots[i])
             t->ops->destroy(t->slots[i]);
-        if (t->slot_x)
-            free(t->slot_x[i]);
     }
     t->model = NULL;
     free(t->slots);
-    free(t->slot_x);
     free(t->step_x);
     free(t->step_y);
     free(t->step_n);
@@ -121,7 +141,7 @@ static void xfer(trainer_t *t, ddpc_p2p_op_t *ops, int n, int timed)
     if (n == 0)
         return;
     double t0 = tr_now();
-    if (ddpc_p2p_batch(t->row, ops, n, NULL) != DDPC_OK)
+    if (ddpc_p2p_batch(act_comm(t), ops, n, NULL) != DDPC_OK)
         tr_fatal(t, "pipeline", ddpc_last_error(t->rt));
     if (timed)
         t->pipe_wait_s += tr_now() - t0;
@@ -145,8 +165,8 @@ static int recv_act(trainer_t *t, int i, ddpc_p2p_op_t *ops, int n)
 {
     if (t->stage == 0)
         return n;
-    ops[n] = (ddpc_p2p_op_t){0, t->stage - 1, t->slot_x[i % t->nslots],
-                             (size_t)t->step_n[i] * (size_t)in_width(t), DDPC_F32};
+    ops[n] = (ddpc_p2p_op_t){0, t->stage - 1, t->ops->input(slot(t, i)),
+                             (size_t)t->step_n[i] * (size_t)in_width(t), t->act_dtype};
     return n + 1;
 }
 
@@ -155,7 +175,7 @@ static int send_act(trainer_t *t, int i, ddpc_p2p_op_t *ops, int n)
     if (t->stage == t->S - 1)
         return n;
     ops[n] = (ddpc_p2p_op_t){1, t->stage + 1, (void *)t->ops->output(slot(t, i)),
-                             (size_t)t->step_n[i] * (size_t)out_width(t), DDPC_F32};
+                             (size_t)t->step_n[i] * (size_t)out_width(t), t->act_dtype};
     return n + 1;
 }
 
@@ -164,7 +184,7 @@ static int recv_grad(trainer_t *t, int i, ddpc_p2p_op_t *ops, int n)
     if (t->stage == t->S - 1)
         return n;
     ops[n] = (ddpc_p2p_op_t){0, t->stage + 1, t->ops->output_grad(slot(t, i)),
-                             (size_t)t->step_n[i] * (size_t)out_width(t), DDPC_F32};
+                             (size_t)t->step_n[i] * (size_t)out_width(t), t->act_dtype};
     return n + 1;
 }
 
@@ -173,7 +193,7 @@ static int send_grad(trainer_t *t, int i, ddpc_p2p_op_t *ops, int n)
     if (t->stage == 0)
         return n;
     ops[n] = (ddpc_p2p_op_t){1, t->stage - 1, (void *)t->ops->input_grad(slot(t, i)),
-                             (size_t)t->step_n[i] * (size_t)in_width(t), DDPC_F32};
+                             (size_t)t->step_n[i] * (size_t)in_width(t), t->act_dtype};
     return n + 1;
 }
 
@@ -188,8 +208,8 @@ static void forward(trainer_t *t, int i)
 {
     model_t *m = slot(t, i);
     size_t off = (size_t)i * (size_t)t->opt.batch_size;
-    const float *x = t->stage == 0 ? t->step_x + off * (size_t)in_width(t)
-                                   : t->slot_x[i % t->nslots];
+    /* a later stage's input was received into the model's input buffer */
+    const float *x = t->stage == 0 ? t->step_x + off * (size_t)in_width(t) : NULL;
     const uint8_t *y = t->stage == t->S - 1 ? t->step_y + off : NULL;
     if (t->ops->upload(m, x, y, t->step_n[i]) || t->ops->forward(m))
         tr_model_fatal(t, "forward");
@@ -303,16 +323,16 @@ void tr_pipe_eval_forward(trainer_t *t, const float *x, const uint8_t *y, int n)
     ddpc_p2p_op_t op;
     model_t *m = t->slots[0];
     if (t->stage > 0) {
-        op = (ddpc_p2p_op_t){0, t->stage - 1, t->slot_x[0], (size_t)n * (size_t)in_width(t),
-                             DDPC_F32};
+        op = (ddpc_p2p_op_t){0, t->stage - 1, t->ops->input(m), (size_t)n * (size_t)in_width(t),
+                             t->act_dtype};
         xfer(t, &op, 1, 0);
-        x = t->slot_x[0];
+        x = NULL;
     }
     if (t->ops->upload(m, x, t->stage == t->S - 1 ? y : NULL, n) || t->ops->forward(m))
         tr_model_fatal(t, "evaluation");
     if (t->stage < t->S - 1) {
         op = (ddpc_p2p_op_t){1, t->stage + 1, (void *)t->ops->output(m),
-                             (size_t)n * (size_t)out_width(t), DDPC_F32};
+                             (size_t)n * (size_t)out_width(t), t->act_dtype};
         xfer(t, &op, 1, 0);
     }
 }

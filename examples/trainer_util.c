@@ -137,6 +137,20 @@ void tr_model_fatal(trainer_t *t, const char *what)
     tr_fatal(t, what, t->ops->error(t->model));
 }
 
+int tr_arena_copy(trainer_t *t, void *dst, const void *src, size_t bytes, int to_arena)
+{
+#ifdef TRAINER_HAVE_CUDA_MODEL
+    if (t->stream) { /* the engine's arenas are the GPU's */
+        char err[256];
+        if (model_cuda_copy(t->stream, dst, src, bytes, to_arena, err, sizeof err))
+            return tr_fail(t, "%s", err);
+        return 0;
+    }
+#endif
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
 void tr_stage_params(const trainer_t *t, int s, int *p0, int *p1)
 {
     *p0 = t->pipelined ? 2 * t->first_layer[s] : 0; /* a weight and a bias per layer */

@@ -88,7 +88,7 @@ if [ -z "$PY" ] || [ ! -x "$TRAINER" ] ||
     { [ ! -e "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -e "$DATA/train-labels-idx1-ubyte" ]; }; then
     echo "SKIP part: the pipelined checkpoint (needs h5py, the trainer and Fashion-MNIST in $DATA)"
 else
-    T="--data $DATA --hidden 32,16 --threads 1 --seed 3 --optimizer adamw --max-steps 6 --ckpt-every 6 --quiet"
+    T="--data $DATA --device cpu --hidden 32,16 --threads 1 --seed 3 --optimizer adamw --max-steps 6 --ckpt-every 6 --quiet"
     # shellcheck disable=SC2086
     mpirun_t 1 "$TRAINER" $T --batch-size 8 --grad-accum 4 --ckpt-dir "$TMP/unsplit" >"$TMP/u.out" 2>&1 ||
         { cat "$TMP/u.out"; fail "unsplit trainer run"; }

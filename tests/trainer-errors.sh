@@ -6,6 +6,9 @@
 #  - --metrics on a full device (/dev/full): a warning once, exit 1 at the end
 #  - a checkpoint directory that cannot be written (a dangling link, a file in
 #    its path, read-only): exit 1 at the start, before training
+#  - cuda (the CUDA model and a device, or the emulation): fp16 and --clip
+#    with pipeline stages refused once, exit 2; --cuda-graph on with stages trains without
+#    graphs, saying so once
 . "$(dirname "$0")/lib.sh"
 TRAINER="$top_builddir/trainer"
 need_fmnist
@@ -82,4 +85,31 @@ if [ "$(id -u)" -ne 0 ] || [ -n "$as" ]; then
     if grep -q '^epoch ' "$TMP/out"; then cat "$TMP/out"; fail "read-only --ckpt-dir: it trained first"; fi
 else
     echo "SKIP (part): root without setpriv or a nobody user: a directory root cannot write cannot be made"
+fi
+
+# --- pipelines on cuda (where the trainer has the CUDA model and sees a
+# device, the emulation's included): fp16 with stages is refused once, exit
+# 2, before training; --cuda-graph on trains the pipeline without graphs
+# and says so
+if mpirun_t 1 "$TRAINER" $COMMON --ckpt-dir none --device cuda --max-steps 1 >"$TMP/probe" 2>&1; then
+    PC="--data $DATA --hidden 16,16 --batch-size 32 --threads 1 --seed 1 --max-steps 2 --ckpt-dir none --device cuda"
+    refused() { # PATTERN WHAT ARGS...: exit 2, PATTERN once, no training
+        local pat=$1 what=$2 rc; shift 2
+        # shellcheck disable=SC2086
+        mpirun_t 2 "$TRAINER" $PC --pipeline-stages 2 --micro-batches 2 "$@" >"$TMP/out" 2>&1; rc=$?
+        [ "$rc" -eq 2 ] || { cat "$TMP/out"; fail "$what with stages on cuda: exit $rc, expected 2"; }
+        [ "$(grep -Ec -- "$pat" "$TMP/out")" -eq 1 ] || { cat "$TMP/out"; fail "$what with stages: not one /$pat/"; }
+        if grep -q '^epoch \|^final' "$TMP/out"; then cat "$TMP/out"; fail "$what with stages: it trained"; fi
+        echo "ok (rc=2): $what with stages on cuda -> $(grep -E -m1 -- "$pat" "$TMP/out")"
+    }
+    refused '^trainer: --precision fp16: not supported with --pipeline-stages 2 on cuda yet' fp16 --precision fp16
+    refused '^trainer: --clip: not supported with --pipeline-stages 2 on cuda yet .*--device cpu clips' --clip --clip 1
+    mpirun_t 2 "$TRAINER" $PC --pipeline-stages 2 --cuda-graph on >"$TMP/graph" 2>&1 \
+        || { cat "$TMP/graph"; fail "a cuda pipeline with --cuda-graph on: exit $?"; }
+    [ "$(grep -c '^trainer: --cuda-graph on: pipeline stages (--pipeline-stages 2) are not captured; training without CUDA graphs' "$TMP/graph")" -eq 1 ] \
+        || { cat "$TMP/graph"; fail "--cuda-graph on with stages: not one note"; }
+    grep -q '^final: ' "$TMP/graph" || { cat "$TMP/graph"; fail "--cuda-graph on with stages: no final line"; }
+    echo "ok: a cuda pipeline with --cuda-graph on trains without graphs, saying so once"
+else
+    echo "SKIP (part): no CUDA trainer or device here: the cuda pipeline refusals are not tested ($(grep -m1 -i 'cuda' "$TMP/probe"))"
 fi

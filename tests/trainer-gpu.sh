@@ -11,7 +11,15 @@
 #  - stopped at step S and resumed: bitwise the uninterrupted run;
 #  - a device checkpoint resumed by the CPU trainer, and a CPU checkpoint by
 #    the CUDA trainer: each ends where the uninterrupted run of the other
-#    kind ends (within tolerance), which needs the optimizer state to travel.
+#    kind ends (within tolerance), which needs the optimizer state to travel;
+#  - pipelines (doc/pipeline.md) on cuda, 3 layers: 2 stages x 1 replica at
+#    M = 2 and 4 micro-batches, 1f1b and gpipe, and 2 stages x 2 replicas
+#    (NP >= 4, or 4 emulated devices), each bitwise the unsplit CUDA run with
+#    --grad-accum M at --batch-size B/M (final line: test loss, accuracy,
+#    steps, params_crc32); bf16 bitwise too under DDPC_TRAINER_GEMM=unfused
+#    (the fused epilogue's bias gradient rounds otherwise at the boundary);
+#    a pipeline stopped at a step and resumed unsplit: bitwise the
+#    uninterrupted unsplit run.
 # Skips (77) where the trainer has no CUDA model or sees no CUDA device.
 . "$(dirname "$0")/lib.sh"
 TRAINER="$top_builddir/trainer"
@@ -99,4 +107,59 @@ close g2c cpu 0.01 0.01
 run cfirst --device cpu --max-steps "$HALF" --ckpt-dir "$TMP/c"
 run c2g --device cuda --max-steps "$STEPS" --ckpt-dir "$TMP/c"
 close c2g fp32 0.01 0.01
-echo "ok: the trainer on the $kind, $NP rank(s): precisions, graphs, accumulation, resume, checkpoints across kinds"
+
+# --- pipelines: the final line (test loss, accuracy, steps, checksum) bitwise
+# the unsplit trainer's with --grad-accum M at --batch-size B/M
+PSTEPS=${TRAINER_GPU_PIPE_STEPS:-40}
+PHALF=$((PSTEPS / 2))
+PIPE="--hidden 64,32 --max-steps $PSTEPS"
+# prun NP NAME ARGS...: NAME on NP ranks, on the device, every rank the same checksum
+prun() {
+    np=$1 n=$2; shift 2
+    mpirun_t "$np" "$TRAINER" $COMMON "$@" >"$TMP/$n.log" 2>&1 || { cat "$TMP/$n.log"; fail "$n: exit $?"; }
+    grep -q 'device cuda' "$TMP/$n.log" || { cat "$TMP/$n.log"; fail "$n: not on the device"; }
+    u=$(sed -n 's/^rank [0-9]*: params_crc32=//p' "$TMP/$n.log" | sort -u | wc -l)
+    [ "$u" = 1 ] || { cat "$TMP/$n.log"; fail "$n: the ranks' parameters differ"; }
+}
+pfinal() { sed -n 's/^final: \(test_acc=[^ ]* test_loss=[^ ]* steps=[0-9]*\) .*\(params_crc32=[0-9a-f]*\)$/\1 \2/p' "$TMP/$1.log"; }
+same_final() { # NAME REF: the same final line, bitwise
+    a=$(pfinal "$1") b=$(pfinal "$2")
+    [ -n "$a" ] && [ "$a" = "$b" ] || { cat "$TMP/$1.log"; fail "$1 ('$a') is not bitwise $2 ('$b')"; }
+    echo "$1 = $2 bitwise ($a)"
+}
+for M in 2 4; do
+    prun 1 "ref$M" --device cuda $PIPE --ckpt-dir none --batch-size $((32 / M)) --grad-accum $M
+    for sched in 1f1b gpipe; do
+        prun 2 "pipe$M$sched" --device cuda $PIPE --ckpt-dir none --batch-size 32 --micro-batches $M \
+            --pipeline-stages 2 --schedule $sched
+        grep -q "^pipeline: 2 stage(s) x 1 replica(s) ($sched, $M micro-batch(es) of $((32 / M)))" \
+            "$TMP/pipe$M$sched.log" || { cat "$TMP/pipe$M$sched.log"; fail "pipe$M$sched: no pipeline line"; }
+        same_final "pipe$M$sched" "ref$M"
+    done
+done
+# bf16: the activations and their gradients cross in bf16; on the unfused
+# path (DDPC_TRAINER_GEMM=unfused) the boundary is the whole model's arithmetic
+(export DDPC_TRAINER_GEMM=unfused
+ prun 1 refbf16 --device cuda --precision bf16 $PIPE --ckpt-dir none --batch-size 8 --grad-accum 4
+ prun 2 pipebf16 --device cuda --precision bf16 $PIPE --ckpt-dir none --batch-size 32 --micro-batches 4 \
+     --pipeline-stages 2
+ same_final pipebf16 refbf16) || exit 1
+# 2 replicas x 2 stages: 4 ranks, a GPU each
+if [ "$NP" -ge 4 ] || { [ "$kind" = "emulated GPU" ] && [ "${DDPC_EMU_DEVICES:-1}" -ge 4 ]; }; then
+    prun 2 ref2x --device cuda $PIPE --ckpt-dir none --batch-size 16 --grad-accum 2
+    prun 4 pipe2x2 --device cuda $PIPE --ckpt-dir none --batch-size 32 --micro-batches 2 --pipeline-stages 2
+    grep -q "^pipeline: 2 stage(s) x 2 replica(s)" "$TMP/pipe2x2.log" || { cat "$TMP/pipe2x2.log"; fail "pipe2x2: no pipeline line"; }
+    same_final pipe2x2 ref2x
+else
+    echo "pipelines: 2 replicas x 2 stages not run (4 ranks with a GPU each: TRAINER_GPU_NP=4, or DDPC_EMU_DEVICES=4 under the emulation)"
+fi
+# a pipeline's checkpoint (the unsplit format, SGD's momentum with it)
+# resumed unsplit: bitwise the uninterrupted unsplit run (ref4)
+prun 2 pfirst --device cuda $PIPE --max-steps "$PHALF" --ckpt-dir "$TMP/p" --batch-size 32 --micro-batches 4 \
+    --pipeline-stages 2
+ls "$TMP/p"/ckpt-*.h5 >/dev/null 2>&1 || { cat "$TMP/pfirst.log"; fail "pfirst: no checkpoint"; }
+prun 1 presumed --device cuda $PIPE --ckpt-dir "$TMP/p" --batch-size 8 --grad-accum 4
+grep -q "^trainer: resumed from $TMP/p/ckpt-0*$PHALF.h5" "$TMP/presumed.log" || { cat "$TMP/presumed.log"; fail "presumed: did not resume at step $PHALF"; }
+same_final presumed ref4
+
+echo "ok: the trainer on the $kind, $NP rank(s): precisions, graphs, accumulation, resume, checkpoints across kinds, pipelines"

@@ -15,7 +15,7 @@
 . "$(dirname "$0")/lib.sh"
 TRAINER="$top_builddir/trainer"
 need_fmnist
-COMMON="--data $DATA --hidden 32,16 --threads 1 --epochs 50 --batch-size 16 --micro-batches 2
+COMMON="--data $DATA --device cpu --hidden 32,16 --threads 1 --epochs 50 --batch-size 16 --micro-batches 2
  --pipeline-stages 2 --log-every 5"
 
 descendants() { for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }

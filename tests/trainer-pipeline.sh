@@ -36,8 +36,10 @@ for split, n in (("train", 204), ("t10k", 100)):
     open(os.path.join(dst, split + "-labels-idx1-ubyte"), "wb").write(
         struct.pack(">II", 0x801, n) + lab[8:8 + n])
 PY
-# 3 layers (784-32-16-10), 1 BLAS thread per rank (2 cores here)
-COMMON="--data $SUB --hidden 32,16 --threads 1 --seed 11 --epochs 2 --ckpt-dir none --quiet"
+# 3 layers (784-32-16-10), 1 BLAS thread per rank (2 cores here); the cpu, so
+# that --device auto does not pick cuda for some rank counts and not others
+# (tests/trainer-gpu.sh runs pipelines on cuda)
+COMMON="--data $SUB --device cpu --hidden 32,16 --threads 1 --seed 11 --epochs 2 --ckpt-dir none --quiet"
 
 # --- bad command lines: one message, from rank 0
 bad() { # PATTERN NP ARGS...: exit 2, PATTERN printed once
