@@ -44,4 +44,4 @@ TESTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh tests/
 	tests/trainer-pipeline.sh tests/trainer-pipeline-faults.sh
 dist_check_SCRIPTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh \
 	tests/slurm-faults.sh tests/trainer-resume.sh tests/trainer-sigint.sh tests/trainer-lock.sh \
-	tests/trainer-errors.sh tests/trainer-pipeline.sh
+	tests/trainer-errors.sh tests/trainer-pipeline.sh tests/trainer-pipeline-faults.sh
