@@ -42,15 +42,16 @@ start() {
     victim=$(rank_pid $job 1)
     [ -n "$victim" ] || { kill $job; fail "$1: cannot find rank 1"; }
 }
-# ended NAME: the job ended non-zero, within 30 s, not by the test's timeout
+# ended NAME: the job ended non-zero, within 30 s (the test's timeout is longer)
 ended() {
     t0=$(date +%s)
     wait $job; rc=$?
     dt=$(($(date +%s) - t0))
     kill -CONT "$victim" 2>/dev/null; kill -9 "$victim" 2>/dev/null
     [ $rc -ne 0 ] || { cat "$TMP/$1"; fail "$1: the job exited 0"; }
-    [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat "$TMP/$1"; fail "$1: hung (killed by the test's timeout)"; }
-    [ "$dt" -lt 30 ] || { cat "$TMP/$1"; fail "$1: the job took ${dt}s to end"; }
+    # (not rc 124/137 for a hang: Open MPI's mpirun exits 137 for a rank
+    # killed by signal 9; a hang is the test's timeout, long after 30 s)
+    [ "$dt" -lt 30 ] || { cat "$TMP/$1"; fail "$1: the job took ${dt}s to end (hung?)"; }
 }
 # resumes NAME: a checkpoint written before the fault loads
 resumes() {
