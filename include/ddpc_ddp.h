@@ -37,10 +37,21 @@ typedef struct {
     void *stream;              /* device engines: the caller's compute stream
                                   (cudaStream_t; NULL: the stream the communicator
                                   already follows) */
+    int broadcast_buffers;     /* DDPC_BROADCAST_BUFFERS=0|1: rank 0's buffers overwrite
+                                  everyone's at the end of each synced wait, i.e. before
+                                  the next step's forward (PyTorch's broadcast_buffers;
+                                  default 1) */
+    int shard;                 /* DDPC_SHARD=none|optim|grads: ddpc_shard_t (ZeRO-1/2) */
 } ddpc_ddp_config_t;
 
+/* Sharding (doc/ddp.md): optim keeps on each rank only the optimizer state of
+ * its contiguous, aligned range of the parameter arena (ZeRO-1); grads also
+ * reduce-scatters the gradients into that range (ZeRO-2). */
+typedef enum { DDPC_SHARD_NONE = 0, DDPC_SHARD_OPTIM = 1, DDPC_SHARD_GRADS = 2 } ddpc_shard_t;
+
 #define DDPC_OVERLAP_AUTO (-1)
-#define DDPC_DDP_CONFIG_INIT {(size_t)1 << 20, (size_t)25 << 20, 0, DDPC_F32, DDPC_OVERLAP_AUTO, NULL}
+#define DDPC_DDP_CONFIG_INIT                                                                   \
+    {(size_t)1 << 20, (size_t)25 << 20, 0, DDPC_F32, DDPC_OVERLAP_AUTO, NULL, 1, DDPC_SHARD_NONE}
 
 /* Not collective. cfg may be NULL. The engine uses comm for all its traffic.
  * On a device communicator (nccl, mpi-staged) the arenas (parameters,
@@ -68,8 +79,22 @@ DDPC_API ddpc_status_t ddpc_ddp_add_param(ddpc_ddp_t ddp, const char *name, int 
  * allocates the arenas (zeroed). */
 DDPC_API ddpc_status_t ddpc_ddp_build(ddpc_ddp_t ddp);
 
-/* Collective: rank 0's parameters overwrite everyone's. */
+/* Register a float32 buffer before build: module state that is not a
+ * parameter and gets no gradient (BatchNorm's running_mean, running_var,
+ * num_batches_tracked). Names are unique among parameters and buffers (they
+ * are state_dict keys); shape as for add_param. Buffers live in their own
+ * arena (the device's for a device engine), zeroed at build, indexed in
+ * registration order. The ranks' lists are compared at build like the
+ * parameters'. Checkpoints save them beside the parameters under /model/<name>
+ * and restore them on load. */
+DDPC_API ddpc_status_t ddpc_ddp_add_buffer(ddpc_ddp_t ddp, const char *name, int ndim,
+                                           const int64_t *shape, int *index);
+
+/* Collective: rank 0's parameters (and buffers) overwrite everyone's. */
 DDPC_API ddpc_status_t ddpc_ddp_broadcast_params(ddpc_ddp_t ddp);
+/* Collective: rank 0's buffers overwrite everyone's (ddpc_ddp_wait does it
+ * after each synced step when broadcast_buffers is on). */
+DDPC_API ddpc_status_t ddpc_ddp_broadcast_buffers(ddpc_ddp_t ddp);
 
 typedef struct {
     const char *name;
@@ -92,6 +117,13 @@ DDPC_API void *ddpc_ddp_stream(ddpc_ddp_t ddp);
  * for a device engine. */
 DDPC_API float *ddpc_ddp_param(ddpc_ddp_t ddp, int index);
 DDPC_API float *ddpc_ddp_grad(ddpc_ddp_t ddp, int index);
+/* Buffers (after build): count, description (bucket -1; offset into the
+ * buffer arena), index by name (-1 if none), view, and the whole arena. */
+DDPC_API int ddpc_ddp_num_buffers(ddpc_ddp_t ddp);
+DDPC_API ddpc_status_t ddpc_ddp_buffer_info(ddpc_ddp_t ddp, int index, ddpc_param_info_t *info);
+DDPC_API int ddpc_ddp_find_buffer(ddpc_ddp_t ddp, const char *name);
+DDPC_API float *ddpc_ddp_buffer(ddpc_ddp_t ddp, int index);
+DDPC_API float *ddpc_ddp_buffers(ddpc_ddp_t ddp, size_t *numel);
 /* The whole arenas: (numel,) float32 each, parameters in registration order. */
 DDPC_API float *ddpc_ddp_params(ddpc_ddp_t ddp, size_t *numel);
 DDPC_API float *ddpc_ddp_grads(ddpc_ddp_t ddp, size_t *numel);
