@@ -171,4 +171,31 @@ prun 1 presumed --device cuda $PIPE --ckpt-dir "$TMP/p" --batch-size 8 --grad-ac
 grep -q "^trainer: resumed from $TMP/p/ckpt-0*$PHALF.h5" "$TMP/presumed.log" || { cat "$TMP/presumed.log"; fail "presumed: did not resume at step $PHALF"; }
 same_final presumed ref4
 
-echo "ok: the trainer on the $kind, $NP rank(s): precisions, graphs, accumulation, resume, checkpoints across kinds, pipelines"
+# a timeline of the CUDA trainer (DDPC_TIMELINE): with nccl, each bucket's
+# all-reduce on the NCCL stream's track, timed by its events, after its issue
+DDPC_TIMELINE="$TMP/tl" DDPC_OVERLAP=1 DDPC_BUCKET_MB=0.01 DDPC_FIRST_BUCKET_MB=0.01 \
+    run tl --device cuda --max-steps 10 --ckpt-dir none
+python3 "$top_srcdir/src/tools/ddpc-timeline" merge "$TMP/tl" &&
+    python3 "$top_srcdir/src/tools/ddpc-timeline" check "$TMP/tl/timeline.json" ||
+    fail "the CUDA trainer's timeline breaks the format"
+if grep -q 'all-reduce nccl' "$TMP/tl.log"; then
+    python3 - "$TMP/tl/timeline.json" "$NP" <<'EOF' || fail "the CUDA trainer's timeline"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+         if e["ph"] == "M" and e["name"] == "thread_name"}
+for r in range(int(sys.argv[2])):
+    ev = [e for e in doc["traceEvents"] if e["ph"] != "M" and e["pid"] == r]
+    issued = {e["args"]["seq"]: e for e in ev if e["name"] == "bucket issued"}
+    gpu = [e for e in ev if names.get((r, e["tid"]), "").endswith("nccl stream")
+           and e["name"] == "allreduce" and e.get("args", {}).get("seq") in issued]
+    assert len(issued) >= 10 and len(gpu) == len(issued), (r, len(issued), len(gpu))
+    late = [e for e in gpu if e["ts"] + e["dur"] < issued[e["args"]["seq"]]["ts"]]
+    assert not late, (r, "an all-reduce ends before its bucket was issued", late[:2])
+    print("timeline: rank %d: %d bucket all-reduces on the NCCL stream's track" % (r, len(gpu)))
+EOF
+else
+    echo "timeline: not nccl here ($(grep -m1 'all-reduce' "$TMP/tl.log")): no NCCL stream track to check"
+fi
+
+echo "ok: the trainer on the $kind, $NP rank(s): precisions, graphs, accumulation, resume, checkpoints across kinds, pipelines, timeline"

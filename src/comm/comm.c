@@ -240,7 +240,10 @@ void *comm_events_get(comm_events_t *p)
     if (p->n > 0)
         return p->ev[--p->n];
     cudaEvent_t e; /* the pool ran dry: more in flight than ever before */
-    return cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess ? e : NULL;
+    return cudaEventCreateWithFlags(&e, p->timing ? cudaEventDefault : cudaEventDisableTiming) ==
+                   cudaSuccess
+               ? e
+               : NULL;
 }
 
 int comm_events_fill(comm_events_t *p, int n)
@@ -248,7 +251,8 @@ int comm_events_fill(comm_events_t *p, int n)
     cudaError_t e = cudaSuccess;
     for (int i = 0; e == cudaSuccess && i < n; i++) {
         cudaEvent_t ev;
-        if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
+        if ((e = cudaEventCreateWithFlags(&ev, p->timing ? cudaEventDefault
+                                                         : cudaEventDisableTiming)) == cudaSuccess)
             comm_events_put(p, ev);
     }
     return (int)e;

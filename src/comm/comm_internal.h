@@ -195,6 +195,7 @@ int comm_clock_wait(pthread_cond_t *cv, pthread_mutex_t *mu, comm_clock_t *k, do
 typedef struct {
     void **ev;
     int n, cap;
+    int timing; /* set before the first fill: events that time (the timeline's) */
 } comm_events_t;
 #ifdef DDPC_HAVE_CUDA
 int comm_events_fill(comm_events_t *p, int n); /* cudaError_t */

@@ -41,6 +41,12 @@ typedef struct nccl_impl {
     pthread_cond_t wake;         /* the watchdog's sleep, and synchronize's */
     int stop, started, aborted;
     uint64_t stuck_seq;          /* the collective the watchdog found stuck */
+    /* the timeline (on when the communicator was made): GPU times of the
+       stream's collectives from their events, against a reference event
+       whose host time is known */
+    cudaEvent_t tl_ref;
+    double tl_ref_host, tl_last_end;
+    int tl_track;
     struct ddpc_work stuck_p2p;  /* the transfers it found stuck (kind OP_P2P), or kind 0 */
 } nccl_impl_t;
 
@@ -326,6 +332,26 @@ static ddpc_status_t nccl_submit(struct ddpc_comm *c, struct ddpc_work *w)
 
 /* ------------------------------------------------------------------ watchdog */
 
+/* The timeline: a completed operation's span on the NCCL stream, from the
+ * later of its ready event (the caller's stream got there) and the end of
+ * the stream's previous one, to its done event. */
+static void timeline_gpu_span(nccl_impl_t *n, const struct ddpc_work *w)
+{
+    float a = 0, b = 0;
+    if (!n->tl_ref || !ddpc_tl_on() ||
+        cudaEventElapsedTime(&a, n->tl_ref, (cudaEvent_t)w->ev_ready) != cudaSuccess ||
+        cudaEventElapsedTime(&b, n->tl_ref, (cudaEvent_t)w->ev_done) != cudaSuccess)
+        return;
+    double t0 = n->tl_ref_host + a / 1e3, t1 = n->tl_ref_host + b / 1e3;
+    if (t0 < n->tl_last_end)
+        t0 = n->tl_last_end;
+    if (t1 < t0)
+        t1 = t0;
+    n->tl_last_end = t1;
+    ddpc_tl_span_at(n->tl_track, w->kind == OP_P2P ? "p2p" : comm_op_names[w->kind], t0, t1, -1,
+                    w->kind == OP_P2P ? -1 : (int64_t)w->seq);
+}
+
 /* With c->mu held: retire completed operations from the head; report a
  * failure through *st and msg. 1 when the list is empty. */
 static int poll_locked(struct ddpc_comm *c, ddpc_status_t *st, char *msg, size_t len)
@@ -374,6 +400,8 @@ static int poll_locked(struct ddpc_comm *c, ddpc_status_t *st, char *msg, size_t
             __atomic_add_fetch(&c->completed, 1, __ATOMIC_RELAXED);
             comm_flight_end(c, w->seq, FR_DONE);
         }
+        if (w->kind != OP_WATCH)
+            timeline_gpu_span(n, w);
         n->head = w->next;
         if (!n->head)
             n->tail = NULL;
@@ -562,6 +590,8 @@ static void nccl_destroy(struct ddpc_comm *c)
     if (n->stream)
         cudaStreamDestroy(n->stream);
     comm_events_free(&n->events);
+    if (n->tl_ref)
+        cudaEventDestroy(n->tl_ref);
     pthread_cond_destroy(&n->wake);
     free(n);
     c->impl = NULL;
@@ -682,8 +712,19 @@ static ddpc_status_t impl_make(struct ddpc_comm *c)
     cudaError_t e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&n->scratch, sizeof(int));
+    n->events.timing = ddpc_tl_on();
     if (e == cudaSuccess)
         e = (cudaError_t)comm_events_fill(&n->events, 64);
+    if (e == cudaSuccess && n->events.timing) {
+        if ((e = cudaEventCreate(&n->tl_ref)) == cudaSuccess &&
+            (e = cudaEventRecord(n->tl_ref, n->stream)) == cudaSuccess &&
+            (e = cudaEventSynchronize(n->tl_ref)) == cudaSuccess) {
+            char name[48];
+            snprintf(name, sizeof name, "GPU %d nccl stream", c->device);
+            n->tl_ref_host = ddpc_now();
+            n->tl_track = ddpc_tl_new_track(name);
+        }
+    }
     if (e != cudaSuccess)
         return ddpc_err(c->rt, DDPC_ERR_CUDA, MOD, "backend nccl on GPU %d: stream, scratch and "
                         "events: %s", c->device, cudaGetErrorString(e));

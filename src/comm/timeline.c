@@ -8,6 +8,7 @@
 #include "comm.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,7 +130,10 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static double us(double t) { return (t - tl.offset - tl.base) * 1e6; }
+/* Microseconds of rank 0's clock, rounded to the nanosecond as printed: a
+ * span's end is printed as the rounded end minus the rounded start, so that
+ * spans that touch or nest still do in the file. */
+static double us(double t) { return floor((t - tl.offset - tl.base) * 1e9 + 0.5) / 1e3; }
 
 static int write_json(FILE *f, const tl_event_t *v, uint64_t n, uint64_t lost)
 {
@@ -160,7 +164,7 @@ static int write_json(FILE *f, const tl_event_t *v, uint64_t n, uint64_t lost)
         if (e->instant)
             fprintf(f, ",\"ph\":\"i\",\"s\":\"t\"");
         else
-            fprintf(f, ",\"ph\":\"X\",\"dur\":%.3f", (e->t1 - e->t0) * 1e6);
+            fprintf(f, ",\"ph\":\"X\",\"dur\":%.3f", us(e->t1) - us(e->t0));
         if (e->arg >= 0 && e->cseq >= 0)
             fprintf(f, ",\"args\":{\"arg\":%lld,\"seq\":%lld}", (long long)e->arg,
                     (long long)e->cseq);

@@ -81,8 +81,8 @@ int ddpc_tl_num_tracks(void)
     return n < TL_MAX_TRACKS ? n : TL_MAX_TRACKS;
 }
 
-static void put(const char *name, const char *copy, double t0, double t1, int64_t arg,
-                int64_t seq, int instant)
+static void put_on(int trk, const char *name, const char *copy, double t0, double t1,
+                   int64_t arg, int64_t seq, int instant)
 {
     uint64_t i = atomic_fetch_add_explicit(&ring_next, 1, memory_order_relaxed);
     tl_event_t *e = &ring[i % ring_cap];
@@ -96,9 +96,29 @@ static void put(const char *name, const char *copy, double t0, double t1, int64_
         snprintf(e->copy, sizeof e->copy, "%s", copy);
     else
         e->copy[0] = 0;
-    e->track = (int16_t)track();
+    e->track = (int16_t)(trk >= 0 ? trk : track());
     e->instant = (int8_t)instant;
     atomic_store_explicit(&e->seq, i + 1, memory_order_release);
+}
+
+static void put(const char *name, const char *copy, double t0, double t1, int64_t arg,
+                int64_t seq, int instant)
+{
+    put_on(-1, name, copy, t0, t1, arg, seq, instant);
+}
+
+int ddpc_tl_new_track(const char *name)
+{
+    int t = atomic_fetch_add_explicit(&tracks, 1, memory_order_relaxed);
+    t = t < TL_MAX_TRACKS ? t : TL_MAX_TRACKS - 1;
+    snprintf(track_names[t], sizeof track_names[t], "%s", name);
+    return t;
+}
+
+void ddpc_tl_span_at(int trk, const char *name, double t0, double t1, int64_t arg, int64_t seq)
+{
+    if (ddpc_tl_on())
+        put_on(trk, name, NULL, t0, t1, arg, seq, 0);
 }
 
 void ddpc_tl_span_(const char *name, double t0, int64_t arg, int64_t seq)

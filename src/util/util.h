@@ -139,6 +139,10 @@ void ddpc_tl_instant_(const char *name, int64_t arg);
         if (ddpc_tl_on())                                                                      \
             ddpc_tl_instant_(name, arg);                                                       \
     } while (0)
+/* A track that is not a thread (a GPU stream), named; and a span on it
+ * with times of its own (ddpc_now's clock). */
+int ddpc_tl_new_track(const char *name);
+void ddpc_tl_span_at(int track, const char *name, double t0, double t1, int64_t arg, int64_t seq);
 /* Name this thread's track (the first name sticks). */
 void ddpc_tl_name_thread(const char *name);
 const char *ddpc_tl_track_name(int track);
