@@ -67,19 +67,22 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
 {
     static const char *const comp[] = {"none", "bf16", "fp16", NULL};
     static const char *const ov[] = {"0", "1", "auto", NULL}; /* 2: DDPC_OVERLAP_AUTO */
+    static const char *const shard[] = {"none", "optim", "grads", NULL}; /* ddpc_shard_t */
     ddpc_t rt = d->rt;
     double first = (double)d->cfg.first_bucket_bytes / 1048576.0;
     double cap = (double)d->cfg.bucket_bytes / 1048576.0;
     long unused = d->cfg.find_unused;
     int overlap = d->cfg.overlap == DDPC_OVERLAP_AUTO ? 2 : d->cfg.overlap != 0;
     int c = d->cfg.compress == DDPC_BF16 ? 1 : d->cfg.compress == DDPC_F16 ? 2 : 0;
+    int sh = d->cfg.shard;
     ddpc_status_t st;
     if ((st = ddpc_env_double(rt, "DDPC_FIRST_BUCKET_MB", 0, 1 << 20, &first)) ||
         (st = ddpc_env_double(rt, "DDPC_BUCKET_MB", 1.0 / 1024, 1 << 20, &cap)) ||
         (st = ddpc_env_long(rt, "DDPC_FIND_UNUSED", 0, 1, &unused)) ||
         (st = ddpc_env_choice(rt, "DDPC_OVERLAP", ov, &overlap)) ||
         (st = ddpc_env_long(rt, "DDPC_CHECK_PARAMS", 0, 1000000000L, &d->check_every)) ||
-        (st = ddpc_env_choice(rt, "DDPC_COMPRESS", comp, &c))) {
+        (st = ddpc_env_choice(rt, "DDPC_COMPRESS", comp, &c)) ||
+        (st = ddpc_env_choice(rt, "DDPC_SHARD", shard, &sh))) {
         snprintf(d->err, sizeof d->err, "%s", ddpc_last_error(rt));
         return st;
     }
@@ -88,6 +91,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     d->cfg.find_unused = (int)unused;
     d->cfg.overlap = overlap == 2 ? DDPC_OVERLAP_AUTO : overlap;
     d->cfg.compress = c == 1 ? DDPC_BF16 : c == 2 ? DDPC_F16 : DDPC_F32;
+    d->cfg.shard = sh;
     return DDPC_OK;
 }
 
@@ -174,6 +178,16 @@ ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg, dd
     if (st == DDPC_OK && d->cfg.bucket_bytes < 4)
         st = ddp_err(d, DDPC_ERR_INVALID, "bucket size of %zu bytes holds no float32",
                      d->cfg.bucket_bytes);
+    if (st == DDPC_OK && (d->cfg.shard < DDPC_SHARD_NONE || d->cfg.shard > DDPC_SHARD_GRADS))
+        st = ddp_err(d, DDPC_ERR_INVALID, "shard must be DDPC_SHARD_NONE, _OPTIM or _GRADS, not %d",
+                     d->cfg.shard);
+    if (st == DDPC_OK && d->cfg.shard == DDPC_SHARD_GRADS)
+        st = ddp_err(d, DDPC_ERR_UNSUPPORTED, "shard grads (DDPC_SHARD=grads, ZeRO-2) is not "
+                     "implemented yet; DDPC_SHARD=optim shards the optimizer state (ZeRO-1)");
+    if (st == DDPC_OK && d->cfg.shard != DDPC_SHARD_NONE && d->device != DDPC_DEVICE_HOST)
+        st = ddp_err(d, DDPC_ERR_UNSUPPORTED, "shard optim (DDPC_SHARD=optim) runs on host "
+                     "engines (mpi backend) only, not on a device engine (GPU %d); use "
+                     "DDPC_SHARD=none", d->device);
     if (st == DDPC_OK && d->cfg.overlap == DDPC_OVERLAP_AUTO)
         resolve_overlap(d, w);
     return st;
@@ -418,7 +432,17 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
         st = agree_overlap(d);
     if (st)
         return st;
-    size_t bytes = (d->numel ? d->numel : 1) * sizeof(float);
+    /* shards: equal, aligned slices of an arena padded to size * shard_len */
+    size_t total = d->numel;
+    d->shard_len = d->numel;
+    d->shard_off = 0;
+    if (d->cfg.shard != DDPC_SHARD_NONE) {
+        size_t per = (d->numel + (size_t)d->size - 1) / (size_t)d->size;
+        d->shard_len = (per + DDP_SHARD_ALIGN - 1) / DDP_SHARD_ALIGN * DDP_SHARD_ALIGN;
+        d->shard_off = (size_t)d->rank * d->shard_len;
+        total = d->shard_len * (size_t)d->size;
+    }
+    size_t bytes = (total ? total : 1) * sizeof(float);
     bytes = (bytes + 63) / 64 * 64;
     const int dev = d->device != DDPC_DEVICE_HOST;
     if (dev) {
@@ -464,9 +488,13 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
     char where[32] = "the host";
     if (dev)
         snprintf(where, sizeof where, "GPU %d", d->device);
-    ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s, arenas on %s",
+    char sh[96] = "";
+    if (d->cfg.shard != DDPC_SHARD_NONE)
+        snprintf(sh, sizeof sh, ", optimizer state sharded (floats [%zu, %zu) here)", d->shard_off,
+                 d->shard_off + d->shard_len);
+    ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s%s, arenas on %s",
              d->nparams, d->numel, d->nbuckets, d->cfg.first_bucket_bytes, d->cfg.bucket_bytes,
-             d->cfg.compress != DDPC_F32 ? ", compressed" : "", where);
+             d->cfg.compress != DDPC_F32 ? ", compressed" : "", sh, where);
     return DDPC_OK;
 }
 
