@@ -201,6 +201,9 @@ DDPC_API ddpc_status_t ddpc_scatter(ddpc_comm_t c, const void *send, void *recv,
  * touched and may be NULL); send == recv in place on every rank. */
 DDPC_API ddpc_status_t ddpc_reduce(ddpc_comm_t c, const void *send, void *recv, size_t count,
                                    ddpc_dtype_t dt, ddpc_redop_t op, int root);
+/* Its non-blocking form: a work handle at once, as ddpc_iallreduce. */
+DDPC_API ddpc_status_t ddpc_ireduce(ddpc_comm_t c, const void *send, void *recv, size_t count,
+                                    ddpc_dtype_t dt, ddpc_redop_t op, int root, ddpc_work_t *work);
 
 /* ------------------------------------------------------------------ point-to-point */
 /* count elements to or from rank peer of c (host memory on mpi, the

@@ -45,8 +45,11 @@ typedef struct {
 } ddpc_ddp_config_t;
 
 /* Sharding (doc/ddp.md): optim keeps on each rank only the optimizer state of
- * its contiguous, aligned range of the parameter arena (ZeRO-1); grads also
- * reduce-scatters the gradients into that range (ZeRO-2). */
+ * its contiguous, aligned range of the parameter arena (ZeRO-1,
+ * ddpc_optim_state_range); grads also reduces the gradients into that range
+ * only (ZeRO-2): after ddpc_ddp_wait the rest of the gradient arena holds
+ * partial sums. Host engines only (a device engine: DDPC_ERR_UNSUPPORTED at
+ * create); grads not with compress (DDPC_ERR_UNSUPPORTED). */
 typedef enum { DDPC_SHARD_NONE = 0, DDPC_SHARD_OPTIM = 1, DDPC_SHARD_GRADS = 2 } ddpc_shard_t;
 
 #define DDPC_OVERLAP_AUTO (-1)

@@ -629,14 +629,14 @@ static void assert_slice_of(model_t *a, model_t *s)
  * file the unsharded one saves (loaded unsharded: bitwise its state); the
  * unsharded file loads sharded into each rank's slice; and a sharded file
  * loads sharded on fewer ranks (another N, another world size). */
-static void sharded_checkpoints(int optim, int async)
+static void sharded_checkpoints(int optim, int async, int shard)
 {
     char da[256], ds[256];
     make_dir(da);
     make_dir(ds);
     model_t a, s, u, t;
     build(&a, SAME, optim, da, 0, 0);
-    B_shard = DDPC_SHARD_OPTIM;
+    B_shard = shard;
     build(&s, SAME, optim, ds, async, 0);
     B_shard = DDPC_SHARD_NONE;
     size_t len, n;
@@ -658,7 +658,7 @@ static void sharded_checkpoints(int optim, int async)
     destroy(&u);
     destroy(&s); /* its handle holds the directory's lock */
     /* unsharded save -> sharded load, then saved again sharded */
-    B_shard = DDPC_SHARD_OPTIM;
+    B_shard = shard;
     build(&t, SAME, optim, da, 0, 0);
     B_shard = DDPC_SHARD_NONE;
     scramble(&t);
@@ -672,7 +672,7 @@ static void sharded_checkpoints(int optim, int async)
     T_OK(ddpc_comm_group(T_comm, ranks, half, NULL, &sub));
     if (sub) {
         B_comm = sub;
-        B_shard = DDPC_SHARD_OPTIM;
+        B_shard = shard;
         build(&t, SAME, optim, ds, 0, 0);
         scramble(&t);
         CK_OK(&t, ddpc_ckpt_load(t.ck, NULL, NULL, NULL, 0));
@@ -700,13 +700,19 @@ static void sharded_checkpoints(int optim, int async)
 
 START_TEST(sharded_sgd_checkpoints)
 {
-    sharded_checkpoints(DDPC_OPTIM_SGD, 0);
+    sharded_checkpoints(DDPC_OPTIM_SGD, 0, DDPC_SHARD_OPTIM);
+}
+END_TEST
+
+START_TEST(zero2_sgd_checkpoints)
+{
+    sharded_checkpoints(DDPC_OPTIM_SGD, 0, DDPC_SHARD_GRADS);
 }
 END_TEST
 
 START_TEST(sharded_adamw_checkpoints_async)
 {
-    sharded_checkpoints(DDPC_OPTIM_ADAMW, 1);
+    sharded_checkpoints(DDPC_OPTIM_ADAMW, 1, DDPC_SHARD_OPTIM);
 }
 END_TEST
 
@@ -723,6 +729,7 @@ static Suite *ckpt_suite(void)
     tcase_add_test(core, keeps_the_newest_n);
     tcase_add_test(core, sharded_sgd_checkpoints);
     tcase_add_test(core, sharded_adamw_checkpoints_async);
+    tcase_add_test(core, zero2_sgd_checkpoints);
     suite_add_tcase(s, core);
     TCase *bad = tcase_create("bad input");
     tcase_set_timeout(bad, 120);

@@ -491,7 +491,21 @@ typedef struct {
     int loss_scale;     /* dynamic, with an overflow at step 2 */
     int accum;          /* micro-steps per step (set_sync(0) before the last) */
     ddpc_dtype_t compress;
+    int shard;          /* DDPC_SHARD_OPTIM, or _GRADS: bitwise is not promised */
 } shard_case_t;
+
+/* |a - b| over max |b| of the arena, and whether any float differs */
+static double rel_diff(const float *a, const float *b, size_t n, int *differ)
+{
+    double worst = 0, big = 0;
+    *differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        big = fmax(big, fabs((double)b[i]));
+        *differ |= memcmp(&a[i], &b[i], sizeof *a) != 0;
+    }
+    return big > 0 ? worst / big : worst;
+}
 
 static void check_sharded(const shard_case_t *sc)
 {
@@ -511,7 +525,7 @@ static void check_sharded(const shard_case_t *sc)
         oc.scale_growth_interval = 2;
     }
     for (int e = 0; e < 2; e++) { /* e = 0: unsharded, 1: sharded */
-        dc.shard = e ? DDPC_SHARD_OPTIM : DDPC_SHARD_NONE;
+        dc.shard = e ? sc->shard : DDPC_SHARD_NONE;
         d[e] = make_ddp(&dc);
         T_OK(ddpc_optim_create(d[e], &oc, &o[e]));
     }
@@ -548,6 +562,21 @@ static void check_sharded(const shard_case_t *sc)
             ck_assert_int_eq(stepped, !(sc->loss_scale && t == 2));
         }
         const float *p0 = ddpc_ddp_params(d[0], NULL), *p1 = ddpc_ddp_params(d[1], NULL);
+        assert_identical_across_ranks(p1, n, "sharded parameters", t);
+        if (sc->shard == DDPC_SHARD_GRADS) { /* reduces may sum otherwise than all-reduces */
+            int differ;
+            double rel = rel_diff(p1, p0, n, &differ);
+            ck_assert_msg(rel <= 1e-6, "rank %d of %d, step %d: ZeRO-2 parameters differ from "
+                          "the unsharded ones by %g relative", T_rank, T_size, t, rel);
+            if (t == 5 && T_rank == 0)
+                fprintf(stderr, "ZeRO-2 (%s, clip %g) at %d ranks after 6 steps: %s (max "
+                        "relative difference %g)\n", sc->type == DDPC_OPTIM_SGD ? "sgd" : "adamw",
+                        sc->clip, T_size, differ ? "not bitwise" : "bitwise", rel);
+            double n0 = ddpc_optim_last_grad_norm(o[0]), n1 = ddpc_optim_last_grad_norm(o[1]);
+            ck_assert_msg(fabs(n0 - n1) <= 1e-6 * fabs(n0) || (isinf(n0) && isinf(n1)),
+                          "step %d: ZeRO-2 gradient norm %.17g, unsharded %.17g", t, n1, n0);
+            continue;
+        }
         size_t bad = n;
         for (size_t i = 0; i < n && bad == n; i++)
             if (memcmp(&p0[i], &p1[i], sizeof *p0))
@@ -559,15 +588,18 @@ static void check_sharded(const shard_case_t *sc)
         ck_assert_msg(!memcmp(&n0, &n1, sizeof n0) || (isinf(n0) && isinf(n1)),
                       "step %d: sharded gradient norm %.17g, unsharded %.17g", t, n1, n0);
         ck_assert(ddpc_optim_loss_scale(o[0]) == ddpc_optim_loss_scale(o[1]));
-        assert_identical_across_ranks(p1, n, "sharded parameters", t);
     }
     ck_assert_int_eq(ddpc_optim_num_states(o[1]), ddpc_optim_num_states(o[0]));
     for (int k = 0; k < ddpc_optim_num_states(o[0]); k++) {
         const float *full = ddpc_optim_state(o[0], k, NULL), *mine = ddpc_optim_state(o[1], k, NULL);
         for (size_t i = 0; i < len; i++) {
             float w = off + i < n ? full[off + i] : 0.0f; /* the padding stays zero */
-            ck_assert_msg(!memcmp(&w, &mine[i], sizeof w), "state %d float %zu: %g, expected %g",
-                          k, off + i, mine[i], w);
+            if (sc->shard == DDPC_SHARD_GRADS)
+                ck_assert_msg(fabs((double)w - mine[i]) <= 1e-5 * (fabs((double)w) + 1e-3),
+                              "state %d float %zu: %g, expected %g", k, off + i, mine[i], w);
+            else
+                ck_assert_msg(!memcmp(&w, &mine[i], sizeof w), "state %d float %zu: %g, "
+                              "expected %g", k, off + i, mine[i], w);
         }
     }
     for (int e = 0; e < 2; e++) {
@@ -578,7 +610,7 @@ static void check_sharded(const shard_case_t *sc)
 
 START_TEST(sharded_sgd_momentum_bitwise)
 {
-    shard_case_t c = {DDPC_OPTIM_SGD, 0, 0, 1, DDPC_F32};
+    shard_case_t c = {DDPC_OPTIM_SGD, 0, 0, 1, DDPC_F32, DDPC_SHARD_OPTIM};
     check_sharded(&c);
     c.clip = 0.05; /* clips every step */
     check_sharded(&c);
@@ -587,7 +619,7 @@ END_TEST
 
 START_TEST(sharded_adamw_bitwise)
 {
-    shard_case_t c = {DDPC_OPTIM_ADAMW, 0, 0, 1, DDPC_F32};
+    shard_case_t c = {DDPC_OPTIM_ADAMW, 0, 0, 1, DDPC_F32, DDPC_SHARD_OPTIM};
     check_sharded(&c);
     c.clip = 0.05;
     check_sharded(&c);
@@ -596,12 +628,28 @@ END_TEST
 
 START_TEST(sharded_scaling_accumulation_compression)
 {
-    shard_case_t c = {DDPC_OPTIM_ADAMW, 0.05, 1, 1, DDPC_F32};
+    shard_case_t c = {DDPC_OPTIM_ADAMW, 0.05, 1, 1, DDPC_F32, DDPC_SHARD_OPTIM};
     check_sharded(&c); /* loss scaling, one overflow */
-    shard_case_t a = {DDPC_OPTIM_SGD, 0.05, 0, 3, DDPC_F32};
+    shard_case_t a = {DDPC_OPTIM_SGD, 0.05, 0, 3, DDPC_F32, DDPC_SHARD_OPTIM};
     check_sharded(&a); /* 3 micro-steps, set_sync(0) for 2 */
-    shard_case_t z = {DDPC_OPTIM_SGD, 0, 0, 1, DDPC_BF16};
+    shard_case_t z = {DDPC_OPTIM_SGD, 0, 0, 1, DDPC_BF16, DDPC_SHARD_OPTIM};
     check_sharded(&z); /* bf16 on the wire */
+}
+END_TEST
+
+START_TEST(sharded_grads_close)
+{
+    /* ZeRO-2: reduces into the slices instead of all-reduces */
+    shard_case_t c = {DDPC_OPTIM_SGD, 0.05, 0, 1, DDPC_F32, DDPC_SHARD_GRADS};
+    check_sharded(&c);
+    shard_case_t w = {DDPC_OPTIM_ADAMW, 0.05, 1, 1, DDPC_F32, DDPC_SHARD_GRADS};
+    check_sharded(&w); /* with loss scaling and an overflow */
+    shard_case_t a = {DDPC_OPTIM_ADAMW, 0, 0, 3, DDPC_F32, DDPC_SHARD_GRADS};
+    check_sharded(&a); /* accumulation */
+    /* without overlap: every reduce in the wait */
+    setenv("DDPC_OVERLAP", "0", 1);
+    check_sharded(&c);
+    unsetenv("DDPC_OVERLAP");
 }
 END_TEST
 
@@ -623,10 +671,13 @@ START_TEST(shard_setting)
     ck_assert_ptr_nonnull(strstr(ddpc_ddp_last_error(d), "DDPC_SHARD"));
     ddpc_optim_destroy(o);
     ddpc_ddp_destroy(d);
-    setenv("DDPC_SHARD", "grads", 1); /* ZeRO-2: refused, saying so */
+    setenv("DDPC_SHARD", "grads", 1); /* ZeRO-2 with compression: refused, saying so */
+    dc.compress = DDPC_BF16;
     ck_assert_int_eq(ddpc_ddp_create(T_comm, &dc, &d), DDPC_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(ddpc_ddp_last_error(d), "DDPC_SHARD=grads"));
+    ck_assert_ptr_nonnull(strstr(ddpc_ddp_last_error(d), "DDPC_COMPRESS=bf16"));
     ddpc_ddp_destroy(d);
+    dc.compress = DDPC_F32;
     setenv("DDPC_SHARD", "half", 1);
     ck_assert_int_eq(ddpc_ddp_create(T_comm, &dc, &d), DDPC_ERR_INVALID);
     ddpc_ddp_destroy(d);
@@ -654,6 +705,7 @@ static Suite *ddp_suite(void)
     tcase_add_test(sh, sharded_sgd_momentum_bitwise);
     tcase_add_test(sh, sharded_adamw_bitwise);
     tcase_add_test(sh, sharded_scaling_accumulation_compression);
+    tcase_add_test(sh, sharded_grads_close);
     tcase_add_test(sh, shard_setting);
     suite_add_tcase(s, sh);
     TCase *lim = tcase_create("limits");

@@ -181,13 +181,15 @@ ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg, dd
     if (st == DDPC_OK && (d->cfg.shard < DDPC_SHARD_NONE || d->cfg.shard > DDPC_SHARD_GRADS))
         st = ddp_err(d, DDPC_ERR_INVALID, "shard must be DDPC_SHARD_NONE, _OPTIM or _GRADS, not %d",
                      d->cfg.shard);
-    if (st == DDPC_OK && d->cfg.shard == DDPC_SHARD_GRADS)
-        st = ddp_err(d, DDPC_ERR_UNSUPPORTED, "shard grads (DDPC_SHARD=grads, ZeRO-2) is not "
-                     "implemented yet; DDPC_SHARD=optim shards the optimizer state (ZeRO-1)");
+    if (st == DDPC_OK && d->cfg.shard == DDPC_SHARD_GRADS && d->cfg.compress != DDPC_F32)
+        st = ddp_err(d, DDPC_ERR_UNSUPPORTED, "DDPC_SHARD=grads (ZeRO-2) reduces the gradients "
+                     "in float32 only: not with DDPC_COMPRESS=%s (use DDPC_SHARD=optim, which "
+                     "all-reduces the compressed buckets as without sharding)",
+                     d->cfg.compress == DDPC_BF16 ? "bf16" : "fp16");
     if (st == DDPC_OK && d->cfg.shard != DDPC_SHARD_NONE && d->device != DDPC_DEVICE_HOST)
-        st = ddp_err(d, DDPC_ERR_UNSUPPORTED, "shard optim (DDPC_SHARD=optim) runs on host "
-                     "engines (mpi backend) only, not on a device engine (GPU %d); use "
-                     "DDPC_SHARD=none", d->device);
+        st = ddp_err(d, DDPC_ERR_UNSUPPORTED, "DDPC_SHARD=%s runs on host engines (mpi backend) "
+                     "only, not on a device engine (GPU %d); use DDPC_SHARD=none",
+                     d->cfg.shard == DDPC_SHARD_GRADS ? "grads" : "optim", d->device);
     if (st == DDPC_OK && d->cfg.overlap == DDPC_OVERLAP_AUTO)
         resolve_overlap(d, w);
     return st;
@@ -201,6 +203,9 @@ void ddpc_ddp_destroy(ddpc_ddp_t d)
     for (int b = 0; b < d->nbuckets; b++) {
         if (d->buckets[b].work)
             ddpc_work_wait(d->buckets[b].work, -1);
+        for (int k = 0; k < d->buckets[b].rs_n; k++)
+            ddpc_work_wait(d->buckets[b].rs_work[k], -1);
+        free(d->buckets[b].rs_work);
         if (dev)
             ddp_dev_free(d->buckets[b].wire);
         else
@@ -482,6 +487,10 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
                 return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the compression buffers");
             }
         }
+    if (d->cfg.shard == DDPC_SHARD_GRADS)
+        for (int b = 0; b < d->nbuckets; b++)
+            if (!(d->buckets[b].rs_work = calloc((size_t)d->size, sizeof(ddpc_work_t))))
+                return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the reduce handles");
     for (int b = 0; b < d->nbuckets; b++)
         d->buckets[b].pending = d->buckets[b].last_param - d->buckets[b].first_param + 1;
     d->built = 1;
@@ -490,8 +499,10 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
         snprintf(where, sizeof where, "GPU %d", d->device);
     char sh[96] = "";
     if (d->cfg.shard != DDPC_SHARD_NONE)
-        snprintf(sh, sizeof sh, ", optimizer state sharded (floats [%zu, %zu) here)", d->shard_off,
-                 d->shard_off + d->shard_len);
+        snprintf(sh, sizeof sh, ", %s sharded (floats [%zu, %zu) here)",
+                 d->cfg.shard == DDPC_SHARD_GRADS ? "gradients and optimizer state"
+                                                   : "optimizer state",
+                 d->shard_off, d->shard_off + d->shard_len);
     ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s%s, arenas on %s",
              d->nparams, d->numel, d->nbuckets, d->cfg.first_bucket_bytes, d->cfg.bucket_bytes,
              d->cfg.compress != DDPC_F32 ? ", compressed" : "", sh, where);

@@ -32,6 +32,9 @@ typedef struct {
     ddpc_work_t work;
     uint16_t *wire;       /* compression: (numel,) bf16/fp16 copy on the wire (device
                              memory for a device engine) */
+    ddpc_work_t *rs_work; /* shard grads: (size,) the reduces of its pieces, one per
+                             rank whose slice it meets, rs_n of them this step */
+    int rs_n;
 } ddp_bucket_t;
 
 struct ddpc_ddp {
