@@ -58,6 +58,11 @@ struct ddpc_ddp {
     size_t shard_len;     /* floats per rank (numel when unsharded) */
     size_t shard_off;     /* this rank's first float (0 when unsharded) */
 
+    ddp_param_t *bufs;    /* buffers: state without gradients (bucket, ready unused) */
+    int nbufs, bufcap;
+    size_t buf_numel;     /* elements of the buffer arena */
+    float *buf_arena;     /* (buf_numel,), the device's for a device engine */
+
     ddp_bucket_t *buckets;
     int nbuckets;
     int next_launch;      /* buckets [0, next_launch) are launched this step */
