@@ -177,7 +177,8 @@ DDPC_API ddpc_status_t ddpc_broadcast(ddpc_comm_t c, void *buf, size_t count, dd
                                       int root);
 DDPC_API ddpc_status_t ddpc_ibroadcast(ddpc_comm_t c, void *buf, size_t count, ddpc_dtype_t dt,
                                        int root, ddpc_work_t *work);
-/* recv holds size * count elements, rank r's block at r * count. */
+/* recv holds size * count elements, rank r's block at r * count; send equal
+ * to rank r's block of recv is in place (host memory, mpi backend). */
 DDPC_API ddpc_status_t ddpc_allgather(ddpc_comm_t c, const void *send, void *recv, size_t count,
                                       ddpc_dtype_t dt);
 /* send holds size * count elements; rank r receives the reduction of block r. */
@@ -200,6 +201,9 @@ DDPC_API ddpc_status_t ddpc_scatter(ddpc_comm_t c, const void *send, void *recv,
  * touched and may be NULL); send == recv in place on every rank. */
 DDPC_API ddpc_status_t ddpc_reduce(ddpc_comm_t c, const void *send, void *recv, size_t count,
                                    ddpc_dtype_t dt, ddpc_redop_t op, int root);
+/* Its non-blocking form: a work handle at once, as ddpc_iallreduce. */
+DDPC_API ddpc_status_t ddpc_ireduce(ddpc_comm_t c, const void *send, void *recv, size_t count,
+                                    ddpc_dtype_t dt, ddpc_redop_t op, int root, ddpc_work_t *work);
 
 /* ------------------------------------------------------------------ point-to-point */
 /* count elements to or from rank peer of c (host memory on mpi, the

@@ -45,8 +45,11 @@ typedef struct {
 } ddpc_ddp_config_t;
 
 /* Sharding (doc/ddp.md): optim keeps on each rank only the optimizer state of
- * its contiguous, aligned range of the parameter arena (ZeRO-1); grads also
- * reduce-scatters the gradients into that range (ZeRO-2). */
+ * its contiguous, aligned range of the parameter arena (ZeRO-1,
+ * ddpc_optim_state_range); grads also reduces the gradients into that range
+ * only (ZeRO-2): after ddpc_ddp_wait the rest of the gradient arena holds
+ * partial sums. Host engines only (a device engine: DDPC_ERR_UNSUPPORTED at
+ * create); grads not with compress (DDPC_ERR_UNSUPPORTED). */
 typedef enum { DDPC_SHARD_NONE = 0, DDPC_SHARD_OPTIM = 1, DDPC_SHARD_GRADS = 2 } ddpc_shard_t;
 
 #define DDPC_OVERLAP_AUTO (-1)
@@ -243,8 +246,17 @@ DDPC_API ddpc_status_t ddpc_optim_set_norm_group(ddpc_optim_t opt, ddpc_comm_t g
  * replayed; not during a capture: the next step then fails saying so). */
 DDPC_API void ddpc_optim_set_lr(ddpc_optim_t opt, double lr);
 DDPC_API int ddpc_optim_num_states(ddpc_optim_t opt);
-/* State tensor k: its name and (numel,) float32 arena. */
+/* State tensor k: its name and float32 storage: unsharded (numel,) in the
+ * parameter arena's layout; sharded (DDPC_SHARD=optim) the (numel,) of
+ * ddpc_optim_state_range only, element i being the state of parameter-arena
+ * float offset + i (floats past the model's numel are padding, zero). */
 DDPC_API float *ddpc_optim_state(ddpc_optim_t opt, int k, const char **name);
+/* The parameter-arena floats [*offset, *offset + *numel) whose state this
+ * rank holds: 0 and the arena's numel unsharded; sharded, rank r's slice
+ * r * L .. (r + 1) * L with L = ceil(numel / size) rounded up to 16 floats
+ * (64 bytes), the same L on every rank, so the last slices may reach past
+ * numel (padding). Either pointer may be NULL. */
+DDPC_API ddpc_status_t ddpc_optim_state_range(ddpc_optim_t opt, size_t *offset, size_t *numel);
 /* Steps taken (AdamW's bias correction uses it), current loss scale, and the
  * global gradient norm seen by the last step (before clipping). */
 DDPC_API uint64_t ddpc_optim_steps(ddpc_optim_t opt);

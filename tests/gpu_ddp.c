@@ -18,7 +18,8 @@
  *    gradient is 0 on every rank) and the step goes on;
  *  - checkpoint round trip on device arenas: save, zero the parameters and
  *    optimizer state on the device, load: parameters and every state tensor
- *    bitwise as saved, the optimizer's step count and the step restored.
+ *    bitwise as saved, the optimizer's step count and the step restored;
+ *  - DDPC_SHARD=optim and grads are refused (DDPC_ERR_UNSUPPORTED) on a device engine.
  * Without a usable CUDA device it is skipped (exit 77 on every rank).
  * GPU_TEST_ON_HOST=1 runs the same on host memory (backend mpi, the CPU
  * optimizer): a check of this program itself on a machine without a GPU.
@@ -355,6 +356,20 @@ static void run_backend(ddpc_backend_t be)
     const char *name = ddpc_backend_name(ddpc_comm_backend(c));
     for (size_t r = 0; r < sizeof runs / sizeof *runs; r++)
         train(c, &runs[r], name);
+    /* sharding (DDPC_SHARD) is for host engines: a device engine refuses it
+       at create, naming the option */
+    for (int sh = DDPC_SHARD_OPTIM; sh <= DDPC_SHARD_GRADS && ddpc_comm_device(c) != DDPC_DEVICE_HOST;
+         sh++) {
+        ddpc_ddp_config_t dc = DDPC_DDP_CONFIG_INIT;
+        dc.shard = sh;
+        dc.stream = strm;
+        ddpc_ddp_t d = NULL;
+        snprintf(label, sizeof label, "%s, shard %d refused", name, sh);
+        EXPECT_STATUS(ddpc_ddp_create(c, &dc, &d), DDPC_ERR_UNSUPPORTED);
+        if (!d || !strstr(ddpc_ddp_last_error(d), "DDPC_SHARD="))
+            FAILF("the refusal does not name DDPC_SHARD: %s", d ? ddpc_ddp_last_error(d) : "");
+        ddpc_ddp_destroy(d);
+    }
     OK(ddpc_comm_synchronize(c, -1));
     ddpc_comm_destroy(c);
 }

@@ -5,7 +5,9 @@
  * whole and in tiny pieces); retention; none found; a corrupt or truncated
  * newest file is skipped; another model or optimizer is refused with its
  * first difference named; write errors reach every rank; a second writer on
- * the directory is refused naming the first. */
+ * the directory is refused naming the first; a sharded optimizer
+ * (DDPC_SHARD=optim) saves the unsharded file and loads any file into its
+ * slice, on another world size and number of shards too. */
 #include "mpitest.h"
 
 #include <dirent.h>
@@ -79,12 +81,18 @@ typedef struct {
                       ddpc_strerror(st_), ddpc_ckpt_last_error((m)->ck));                      \
     } while (0)
 
+/* build's communicator and sharding (the sharding tests change them) */
+static ddpc_comm_t B_comm;
+static int B_shard = DDPC_SHARD_NONE;
+
 static void build(model_t *m, int variant, int optim, const char *dir, int async, size_t chunk)
 {
     static const int64_t emb[] = {7, 5}, fc[] = {3, 7, 2}, fc2[] = {3, 7, 3}, bias[] = {3},
                          big[] = {1100, 2000}, none[] = {0, 4}, extra[] = {2};
     memset(m, 0, sizeof *m);
-    T_OK(ddpc_ddp_create(T_comm, NULL, &m->ddp));
+    ddpc_ddp_config_t dc = DDPC_DDP_CONFIG_INIT;
+    dc.shard = B_shard;
+    T_OK(ddpc_ddp_create(B_comm ? B_comm : T_comm, &dc, &m->ddp));
     T_OK(ddpc_ddp_add_param(m->ddp, "embed.weight", 2, emb, NULL));
     T_OK(ddpc_ddp_add_param(m->ddp, "fc.weight", 3, variant == OTHER_SHAPE ? fc2 : fc, NULL));
     T_OK(ddpc_ddp_add_param(m->ddp, variant == RENAMED ? "fc.b" : "fc.bias", 1, bias, NULL));
@@ -147,11 +155,14 @@ static void scramble(model_t *m)
     size_t n;
     float *p = ddpc_ddp_params(m->ddp, &n);
     fill(p, n, 999 + (uint64_t)T_rank);
+    size_t len = n; /* a sharded optimizer's slice */
+    if (m->opt)
+        T_OK(ddpc_optim_state_range(m->opt, NULL, &len));
     size_t nb;
     float *bufs = ddpc_ddp_buffers(m->ddp, &nb);
     fill(bufs, nb, 333 + (uint64_t)T_rank);
     for (int k = 0; k < ddpc_optim_num_states(m->opt); k++)
-        fill(ddpc_optim_state(m->opt, k, NULL), n, 555 + (uint64_t)T_rank);
+        fill(ddpc_optim_state(m->opt, k, NULL), len, 555 + (uint64_t)T_rank);
     fill(m->user, 10, 77 + (uint64_t)T_rank);
     ddpc_optim_set_loss_scale(m->opt, 1.0 + T_rank);
     ddpc_optim_set_scale_good_steps(m->opt, 100 + T_rank);
@@ -614,6 +625,124 @@ START_TEST(second_writer_is_refused)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ sharding */
+
+/* s (a sharded optimizer) holds a's (unsharded) parameters, counters and
+ * user tensor bitwise, and its slice of a's state (zero past the arena). */
+static void assert_slice_of(model_t *a, model_t *s)
+{
+    size_t n, ns, off, len;
+    float *pa = ddpc_ddp_params(a->ddp, &n), *ps = ddpc_ddp_params(s->ddp, &ns);
+    ck_assert_uint_eq(n, ns);
+    ck_assert_msg(!memcmp(pa, ps, n * sizeof *pa), "rank %d: parameters differ", T_rank);
+    T_OK(ddpc_optim_state_range(s->opt, &off, &len));
+    ck_assert_int_eq(ddpc_optim_num_states(a->opt), ddpc_optim_num_states(s->opt));
+    for (int k = 0; k < ddpc_optim_num_states(a->opt); k++) {
+        const char *name;
+        const float *full = ddpc_optim_state(a->opt, k, &name), *mine = ddpc_optim_state(s->opt, k, NULL);
+        for (size_t i = 0; i < len; i++) {
+            float w = off + i < n ? full[off + i] : 0.0f;
+            ck_assert_msg(!memcmp(&w, &mine[i], sizeof w), "rank %d: %s float %zu is %g, "
+                          "expected %g", T_rank, name, off + i, mine[i], w);
+        }
+    }
+    ck_assert_uint_eq(ddpc_optim_steps(a->opt), ddpc_optim_steps(s->opt));
+    ck_assert_double_eq(ddpc_optim_loss_scale(a->opt), ddpc_optim_loss_scale(s->opt));
+    ck_assert_int_eq(ddpc_optim_scale_good_steps(a->opt), ddpc_optim_scale_good_steps(s->opt));
+    ck_assert_msg(!memcmp(a->user, s->user, sizeof a->user), "rank %d: user tensor differs", T_rank);
+}
+
+/* A sharded run (DDPC_SHARD=optim) trained like an unsharded one saves the
+ * file the unsharded one saves (loaded unsharded: bitwise its state); the
+ * unsharded file loads sharded into each rank's slice; and a sharded file
+ * loads sharded on fewer ranks (another N, another world size). */
+static void sharded_checkpoints(int optim, int async, int shard)
+{
+    char da[256], ds[256];
+    make_dir(da);
+    make_dir(ds);
+    model_t a, s, u, t;
+    build(&a, SAME, optim, da, 0, 0);
+    B_shard = shard;
+    build(&s, SAME, optim, ds, async, 0);
+    B_shard = DDPC_SHARD_NONE;
+    size_t len, n;
+    ddpc_ddp_params(a.ddp, &n);
+    T_OK(ddpc_optim_state_range(s.opt, NULL, &len));
+    ck_assert_uint_eq(len, ((n + (size_t)T_size - 1) / (size_t)T_size + 15) / 16 * 16);
+    train_a_little(&a, 3);
+    train_a_little(&s, 3);
+    assert_slice_of(&a, &s); /* the sharded steps are the unsharded ones */
+    ddpc_ckpt_meta_t mt = some_meta(700);
+    CK_OK(&a, ddpc_ckpt_save(a.ck, &mt));
+    CK_OK(&s, ddpc_ckpt_save(s.ck, &mt));
+    CK_OK(&s, ddpc_ckpt_wait(s.ck));
+    /* sharded save -> unsharded load */
+    build(&u, SAME, optim, ds, 0, 0);
+    scramble(&u);
+    CK_OK(&u, ddpc_ckpt_load(u.ck, NULL, NULL, NULL, 0));
+    assert_same_state(&a, &u);
+    destroy(&u);
+    destroy(&s); /* its handle holds the directory's lock */
+    /* unsharded save -> sharded load, then saved again sharded */
+    B_shard = shard;
+    build(&t, SAME, optim, da, 0, 0);
+    B_shard = DDPC_SHARD_NONE;
+    scramble(&t);
+    CK_OK(&t, ddpc_ckpt_load(t.ck, NULL, NULL, NULL, 0));
+    assert_slice_of(&a, &t);
+    destroy(&t);
+    /* sharded on N -> sharded on the first (N+1)/2 ranks only */
+    const int half = (T_size + 1) / 2;
+    int ranks[4] = {0, 1, 2, 3};
+    ddpc_comm_t sub = NULL;
+    T_OK(ddpc_comm_group(T_comm, ranks, half, NULL, &sub));
+    if (sub) {
+        B_comm = sub;
+        B_shard = shard;
+        build(&t, SAME, optim, ds, 0, 0);
+        scramble(&t);
+        CK_OK(&t, ddpc_ckpt_load(t.ck, NULL, NULL, NULL, 0));
+        assert_slice_of(&a, &t);
+        /* and its own save ((N+1)/2 shards) loads unsharded on the whole world */
+        ddpc_ckpt_meta_t m2 = some_meta(800);
+        CK_OK(&t, ddpc_ckpt_save(t.ck, &m2));
+        destroy(&t);
+        B_comm = NULL;
+        B_shard = DDPC_SHARD_NONE;
+        ddpc_comm_destroy(sub);
+    }
+    build(&u, SAME, optim, ds, 0, 0);
+    scramble(&u);
+    ddpc_ckpt_meta_t got;
+    CK_OK(&u, ddpc_ckpt_load(u.ck, NULL, &got, NULL, 0));
+    ck_assert_uint_eq(got.step, 800);
+    ck_assert_int_eq(got.world_size, half);
+    assert_same_state(&a, &u);
+    destroy(&u);
+    destroy(&a);
+    remove_dir(da);
+    remove_dir(ds);
+}
+
+START_TEST(sharded_sgd_checkpoints)
+{
+    sharded_checkpoints(DDPC_OPTIM_SGD, 0, DDPC_SHARD_OPTIM);
+}
+END_TEST
+
+START_TEST(zero2_sgd_checkpoints)
+{
+    sharded_checkpoints(DDPC_OPTIM_SGD, 0, DDPC_SHARD_GRADS);
+}
+END_TEST
+
+START_TEST(sharded_adamw_checkpoints_async)
+{
+    sharded_checkpoints(DDPC_OPTIM_ADAMW, 1, DDPC_SHARD_OPTIM);
+}
+END_TEST
+
 static Suite *ckpt_suite(void)
 {
     Suite *s = suite_create("ckpt");
@@ -625,6 +754,9 @@ static Suite *ckpt_suite(void)
     tcase_add_test(core, parameters_only);
     tcase_add_test(core, not_found_on_every_rank);
     tcase_add_test(core, keeps_the_newest_n);
+    tcase_add_test(core, sharded_sgd_checkpoints);
+    tcase_add_test(core, sharded_adamw_checkpoints_async);
+    tcase_add_test(core, zero2_sgd_checkpoints);
     suite_add_tcase(s, core);
     TCase *bad = tcase_create("bad input");
     tcase_set_timeout(bad, 120);

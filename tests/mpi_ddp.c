@@ -5,7 +5,8 @@
  * one-process reference on the N*B batch; parameters must agree within
  * float tolerance, and be bitwise identical across ranks after every step.
  * Also: accumulation, unused parameters, errors, compression, bucket plans,
- * clipping, loss scaling and the update rules against hand-computed values. */
+ * clipping, loss scaling and the update rules against hand-computed values;
+ * the sharded optimizer (DDPC_SHARD=optim) bitwise the unsharded one. */
 #include "linear_model.h"
 #include "mpitest.h"
 
@@ -478,6 +479,212 @@ START_TEST(overlap_setting)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ sharding */
+
+/* One case of the sharded engine (DDPC_SHARD=optim) against the unsharded
+ * one, trained side by side on the same data: after every step the
+ * parameters, and the last gradient norm, are bitwise the same; the state
+ * is rank r's slice of the unsharded state, also bitwise. */
+typedef struct {
+    ddpc_optim_type_t type;
+    double clip;
+    int loss_scale;     /* dynamic, with an overflow at step 2 */
+    int accum;          /* micro-steps per step (set_sync(0) before the last) */
+    ddpc_dtype_t compress;
+    int shard;          /* DDPC_SHARD_OPTIM, or _GRADS: bitwise is not promised */
+} shard_case_t;
+
+/* |a - b| over max |b| of the arena, and whether any float differs */
+static double rel_diff(const float *a, const float *b, size_t n, int *differ)
+{
+    double worst = 0, big = 0;
+    *differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        big = fmax(big, fabs((double)b[i]));
+        *differ |= memcmp(&a[i], &b[i], sizeof *a) != 0;
+    }
+    return big > 0 ? worst / big : worst;
+}
+
+static void check_sharded(const shard_case_t *sc)
+{
+    ddpc_ddp_config_t dc = small_buckets();
+    dc.compress = sc->compress;
+    ddpc_ddp_t d[2];
+    ddpc_optim_t o[2];
+    ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
+    oc.type = sc->type;
+    oc.lr = sc->type == DDPC_OPTIM_SGD ? 0.05 : 0.01;
+    oc.momentum = 0.9;
+    oc.weight_decay = 0.01;
+    oc.clip_norm = sc->clip;
+    if (sc->loss_scale) {
+        oc.dynamic_loss_scale = 1;
+        oc.loss_scale = 256;
+        oc.scale_growth_interval = 2;
+    }
+    for (int e = 0; e < 2; e++) { /* e = 0: unsharded, 1: sharded */
+        dc.shard = e ? sc->shard : DDPC_SHARD_NONE;
+        d[e] = make_ddp(&dc);
+        T_OK(ddpc_optim_create(d[e], &oc, &o[e]));
+    }
+    size_t n, off, len, off0, len0;
+    ddpc_ddp_params(d[0], &n);
+    T_OK(ddpc_optim_state_range(o[0], &off0, &len0));
+    T_OK(ddpc_optim_state_range(o[1], &off, &len));
+    ck_assert_uint_eq(off0, 0);
+    ck_assert_uint_eq(len0, n);
+    /* 1/N of the state, aligned to 16 floats */
+    size_t want = ((n + (size_t)T_size - 1) / (size_t)T_size + 15) / 16 * 16;
+    ck_assert_uint_eq(len, want);
+    ck_assert_uint_eq(off, (size_t)T_rank * want);
+    ck_assert_uint_eq(off % 16, 0);
+    ck_assert_uint_ge(len * (size_t)T_size, n);
+    ck_assert_uint_lt(len * (size_t)T_size, n + 16 * (size_t)T_size);
+    for (int t = 0; t < 6; t++) {
+        for (int e = 0; e < 2; e++) {
+            float *p = ddpc_ddp_params(d[e], NULL), *g = ddpc_ddp_grads(d[e], NULL);
+            T_OK(ddpc_ddp_zero_grad(d[e]));
+            for (int m = 0; m < sc->accum; m++) {
+                T_OK(ddpc_ddp_set_sync(d[e], m == sc->accum - 1));
+                grad_linear(p, g, t * 8 + m, T_rank * B, B,
+                            (float)(sc->loss_scale ? ddpc_optim_loss_scale(o[e]) : 1.0) /
+                                (float)sc->accum);
+                if (sc->loss_scale && t == 2 && T_rank == 0 && m == 0)
+                    g[n - 1] = INFINITY; /* an overflow: the step is skipped everywhere */
+                backward_ready(d[e], T_rank);
+                ck_assert_msg(ddpc_ddp_wait(d[e]) == DDPC_OK, "%s", ddpc_ddp_last_error(d[e]));
+            }
+            int stepped = -1;
+            ck_assert_msg(ddpc_optim_step(o[e], &stepped) == DDPC_OK, "%s",
+                          ddpc_ddp_last_error(d[e]));
+            ck_assert_int_eq(stepped, !(sc->loss_scale && t == 2));
+        }
+        const float *p0 = ddpc_ddp_params(d[0], NULL), *p1 = ddpc_ddp_params(d[1], NULL);
+        assert_identical_across_ranks(p1, n, "sharded parameters", t);
+        if (sc->shard == DDPC_SHARD_GRADS) { /* reduces may sum otherwise than all-reduces */
+            int differ;
+            double rel = rel_diff(p1, p0, n, &differ);
+            ck_assert_msg(rel <= 1e-6, "rank %d of %d, step %d: ZeRO-2 parameters differ from "
+                          "the unsharded ones by %g relative", T_rank, T_size, t, rel);
+            if (t == 5 && T_rank == 0)
+                fprintf(stderr, "ZeRO-2 (%s, clip %g) at %d ranks after 6 steps: %s (max "
+                        "relative difference %g)\n", sc->type == DDPC_OPTIM_SGD ? "sgd" : "adamw",
+                        sc->clip, T_size, differ ? "not bitwise" : "bitwise", rel);
+            double n0 = ddpc_optim_last_grad_norm(o[0]), n1 = ddpc_optim_last_grad_norm(o[1]);
+            ck_assert_msg(fabs(n0 - n1) <= 1e-6 * fabs(n0) || (isinf(n0) && isinf(n1)),
+                          "step %d: ZeRO-2 gradient norm %.17g, unsharded %.17g", t, n1, n0);
+            continue;
+        }
+        size_t bad = n;
+        for (size_t i = 0; i < n && bad == n; i++)
+            if (memcmp(&p0[i], &p1[i], sizeof *p0))
+                bad = i;
+        ck_assert_msg(bad == n, "rank %d of %d, step %d: sharded parameter %zu is %.9g, "
+                      "unsharded %.9g", T_rank, T_size, t, bad, bad < n ? p1[bad] : 0.0,
+                      bad < n ? p0[bad] : 0.0);
+        double n0 = ddpc_optim_last_grad_norm(o[0]), n1 = ddpc_optim_last_grad_norm(o[1]);
+        ck_assert_msg(!memcmp(&n0, &n1, sizeof n0) || (isinf(n0) && isinf(n1)),
+                      "step %d: sharded gradient norm %.17g, unsharded %.17g", t, n1, n0);
+        ck_assert(ddpc_optim_loss_scale(o[0]) == ddpc_optim_loss_scale(o[1]));
+    }
+    ck_assert_int_eq(ddpc_optim_num_states(o[1]), ddpc_optim_num_states(o[0]));
+    for (int k = 0; k < ddpc_optim_num_states(o[0]); k++) {
+        const float *full = ddpc_optim_state(o[0], k, NULL), *mine = ddpc_optim_state(o[1], k, NULL);
+        for (size_t i = 0; i < len; i++) {
+            float w = off + i < n ? full[off + i] : 0.0f; /* the padding stays zero */
+            if (sc->shard == DDPC_SHARD_GRADS)
+                ck_assert_msg(fabs((double)w - mine[i]) <= 1e-5 * (fabs((double)w) + 1e-3),
+                              "state %d float %zu: %g, expected %g", k, off + i, mine[i], w);
+            else
+                ck_assert_msg(!memcmp(&w, &mine[i], sizeof w), "state %d float %zu: %g, "
+                              "expected %g", k, off + i, mine[i], w);
+        }
+    }
+    for (int e = 0; e < 2; e++) {
+        ddpc_optim_destroy(o[e]);
+        ddpc_ddp_destroy(d[e]);
+    }
+}
+
+START_TEST(sharded_sgd_momentum_bitwise)
+{
+    shard_case_t c = {DDPC_OPTIM_SGD, 0, 0, 1, DDPC_F32, DDPC_SHARD_OPTIM};
+    check_sharded(&c);
+    c.clip = 0.05; /* clips every step */
+    check_sharded(&c);
+}
+END_TEST
+
+START_TEST(sharded_adamw_bitwise)
+{
+    shard_case_t c = {DDPC_OPTIM_ADAMW, 0, 0, 1, DDPC_F32, DDPC_SHARD_OPTIM};
+    check_sharded(&c);
+    c.clip = 0.05;
+    check_sharded(&c);
+}
+END_TEST
+
+START_TEST(sharded_scaling_accumulation_compression)
+{
+    shard_case_t c = {DDPC_OPTIM_ADAMW, 0.05, 1, 1, DDPC_F32, DDPC_SHARD_OPTIM};
+    check_sharded(&c); /* loss scaling, one overflow */
+    shard_case_t a = {DDPC_OPTIM_SGD, 0.05, 0, 3, DDPC_F32, DDPC_SHARD_OPTIM};
+    check_sharded(&a); /* 3 micro-steps, set_sync(0) for 2 */
+    shard_case_t z = {DDPC_OPTIM_SGD, 0, 0, 1, DDPC_BF16, DDPC_SHARD_OPTIM};
+    check_sharded(&z); /* bf16 on the wire */
+}
+END_TEST
+
+START_TEST(sharded_grads_close)
+{
+    /* ZeRO-2: reduces into the slices instead of all-reduces */
+    shard_case_t c = {DDPC_OPTIM_SGD, 0.05, 0, 1, DDPC_F32, DDPC_SHARD_GRADS};
+    check_sharded(&c);
+    shard_case_t w = {DDPC_OPTIM_ADAMW, 0.05, 1, 1, DDPC_F32, DDPC_SHARD_GRADS};
+    check_sharded(&w); /* with loss scaling and an overflow */
+    shard_case_t a = {DDPC_OPTIM_ADAMW, 0, 0, 3, DDPC_F32, DDPC_SHARD_GRADS};
+    check_sharded(&a); /* accumulation */
+    /* without overlap: every reduce in the wait */
+    setenv("DDPC_OVERLAP", "0", 1);
+    check_sharded(&c);
+    unsetenv("DDPC_OVERLAP");
+}
+END_TEST
+
+START_TEST(shard_setting)
+{
+    ddpc_ddp_config_t dc = small_buckets();
+    setenv("DDPC_SHARD", "optim", 1);
+    ddpc_ddp_t d = make_ddp(&dc);
+    ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
+    oc.momentum = 0.9;
+    ddpc_optim_t o;
+    T_OK(ddpc_optim_create(d, &oc, &o));
+    size_t n, len;
+    ddpc_ddp_params(d, &n);
+    T_OK(ddpc_optim_state_range(o, NULL, &len));
+    ck_assert_uint_eq(len, ((n + (size_t)T_size - 1) / (size_t)T_size + 15) / 16 * 16);
+    /* the optimizer's norm passes along the engine's ranks: no norm group */
+    ck_assert_int_eq(ddpc_optim_set_norm_group(o, T_comm, 0), DDPC_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(ddpc_ddp_last_error(d), "DDPC_SHARD"));
+    ddpc_optim_destroy(o);
+    ddpc_ddp_destroy(d);
+    setenv("DDPC_SHARD", "grads", 1); /* ZeRO-2 with compression: refused, saying so */
+    dc.compress = DDPC_BF16;
+    ck_assert_int_eq(ddpc_ddp_create(T_comm, &dc, &d), DDPC_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(ddpc_ddp_last_error(d), "DDPC_SHARD=grads"));
+    ck_assert_ptr_nonnull(strstr(ddpc_ddp_last_error(d), "DDPC_COMPRESS=bf16"));
+    ddpc_ddp_destroy(d);
+    dc.compress = DDPC_F32;
+    setenv("DDPC_SHARD", "half", 1);
+    ck_assert_int_eq(ddpc_ddp_create(T_comm, &dc, &d), DDPC_ERR_INVALID);
+    ddpc_ddp_destroy(d);
+    unsetenv("DDPC_SHARD");
+}
+END_TEST
+
 /* Buffers: rank 0's values everywhere after broadcast_params and after each
  * synced wait (broadcast_buffers, the default), not after an accumulation
  * micro-step, and never with broadcast_buffers = 0. */
@@ -626,6 +833,14 @@ static Suite *ddp_suite(void)
     tcase_add_test(core, overlap_setting);
     tcase_add_test(core, buffers_broadcast);
     suite_add_tcase(s, core);
+    TCase *sh = tcase_create("sharding");
+    tcase_set_timeout(sh, 120);
+    tcase_add_test(sh, sharded_sgd_momentum_bitwise);
+    tcase_add_test(sh, sharded_adamw_bitwise);
+    tcase_add_test(sh, sharded_scaling_accumulation_compression);
+    tcase_add_test(sh, sharded_grads_close);
+    tcase_add_test(sh, shard_setting);
+    suite_add_tcase(s, sh);
     TCase *lim = tcase_create("limits");
     tcase_add_test(lim, bucket_plans);
     suite_add_tcase(s, lim);

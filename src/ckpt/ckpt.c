@@ -195,6 +195,7 @@ void ddpc_ckpt_destroy(ddpc_ckpt_t ck)
     ck_lock_release(ck);
     free(ck->job.items);
     free(ck->snap);
+    free(ck->full);
     free(ck->user);
 #ifdef DDPC_HAVE_CUDA
     if (ck->shadow)
@@ -348,6 +349,69 @@ uint64_t ck_model_fingerprint(ddpc_ddp_t ddp)
     return h;
 }
 
+int ck_sharded(ddpc_ckpt_t ck, size_t *off, size_t *len, size_t *pad)
+{
+    size_t numel = 0, o = 0, l = 0;
+    ddpc_ddp_params(ck->ddp, &numel);
+    if (!ck->opt || !ddpc_optim_num_states(ck->opt) ||
+        ddpc_optim_state_range(ck->opt, &o, &l) != DDPC_OK || (o == 0 && l == numel))
+        return 0;
+    if (off)
+        *off = o;
+    if (len)
+        *len = l;
+    if (pad)
+        *pad = l * (size_t)ck->size;
+    return 1;
+}
+
+ddpc_status_t ck_states_full(ddpc_ckpt_t ck)
+{
+    size_t pad = 0;
+    if (ck->full || !ck_sharded(ck, NULL, NULL, &pad))
+        return DDPC_OK;
+    ck->full_numel = (size_t)ddpc_optim_num_states(ck->opt) * pad;
+    if (!(ck->full = calloc(ck->full_numel ? ck->full_numel : 1, sizeof(float))))
+        return ck_err(ck, DDPC_ERR_NOMEM, "cannot allocate %zu bytes for the whole optimizer "
+                      "state (its shards gathered)", ck->full_numel * sizeof(float));
+    return DDPC_OK;
+}
+
+void ck_states_scatter(ddpc_ckpt_t ck)
+{
+    size_t off = 0, len = 0, pad = 0;
+    if (!ck->full || !ck_sharded(ck, &off, &len, &pad))
+        return;
+    for (int k = 0; k < ddpc_optim_num_states(ck->opt); k++)
+        memcpy(ddpc_optim_state(ck->opt, k, NULL), ck->full + (size_t)k * pad + off,
+               len * sizeof(float));
+}
+
+/* Collective, a sharded optimizer: every rank's slices of the state into
+ * rank 0's ck->full (one gather per state tensor). */
+static ddpc_status_t gather_states(ddpc_ckpt_t ck)
+{
+    size_t len = 0, pad = 0;
+    if (!ck_sharded(ck, NULL, &len, &pad))
+        return DDPC_OK;
+    ddpc_status_t st = ck->rank == 0 ? ck_states_full(ck) : DDPC_OK;
+    int32_t s = (int32_t)st;
+    ddpc_status_t cst = ddpc_comm_host_bcast(ck->comm, &s, sizeof s, 0);
+    if (cst != DDPC_OK)
+        return ck_err(ck, cst, "gathering the optimizer's shards: %s", ddpc_last_error(ck->rt));
+    if (s != DDPC_OK)
+        return ck->rank == 0 ? st : ck_err(ck, (ddpc_status_t)s, "rank 0 cannot hold the "
+                                           "gathered optimizer state (see its message)");
+    for (int k = 0; k < ddpc_optim_num_states(ck->opt); k++) {
+        ddpc_comm_tag_next(ck->comm, "ckpt optimizer shards");
+        if ((st = ddpc_gather(ck->comm, ddpc_optim_state(ck->opt, k, NULL),
+                              ck->rank == 0 ? ck->full + (size_t)k * pad : NULL, len, DDPC_F32,
+                              0)) != DDPC_OK)
+            return ck_err(ck, st, "gathering the optimizer's shards: %s", ddpc_last_error(ck->rt));
+    }
+    return DDPC_OK;
+}
+
 /* Item k: tensor `info` of an arena (its host copy for a device engine). */
 static void set_item(ck_item_t *it, const char *group, const char *sub, const ddpc_param_info_t *p,
                      float *arena, int run)
@@ -378,6 +442,9 @@ ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *npar
         float *arena = s < 0 ? ddpc_ddp_params(ck->ddp, NULL) : ddpc_optim_state(ck->opt, s, &sname);
         if (ck->device != DDPC_DEVICE_HOST) /* its host copy, arena s + 1 of the shadow */
             arena = ck->shadow + (size_t)(s + 1) * numel;
+        size_t pad = 0;
+        if (s >= 0 && ck_sharded(ck, NULL, NULL, &pad)) /* the gathered state */
+            arena = ck->full + (size_t)s * pad;
         for (int i = 0; i < np && ddpc_ddp_param_info(ck->ddp, i, &p) == DDPC_OK; i++)
             set_item(&it[k++], s < 0 ? "model" : "optim", sname, &p, arena, s + 1);
         if (s >= 0)
@@ -548,7 +615,9 @@ ddpc_status_t ddpc_ckpt_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
 {
     if (!ck)
         return DDPC_ERR_INVALID;
-    ddpc_status_t st = DDPC_OK;
+    ddpc_status_t st = gather_states(ck); /* sharded: the whole state on rank 0 */
+    if (st != DDPC_OK)
+        return st;
     if (ck->rank == 0) {
         double t0 = ddpc_now();
         if ((st = take_async(ck)) == DDPC_OK && (st = prepare(ck)) == DDPC_OK)

@@ -111,6 +111,13 @@ struct ddpc_ckpt {
      * then each optimizer state, arena by arena) is what the file is written
      * from (rank 0; also the async snapshot) and loaded into; data windows of
      * a load travel through a device bounce buffer of the communicator. */
+    /* a sharded engine (DDPC_SHARD=optim): each rank holds its slice of the
+     * optimizer state; the file holds the whole state. full is (states x
+     * size x slice) floats in the parameter arena's layout (padded): rank 0's
+     * lives with the handle (gathered into at each save), the others' only
+     * during a load (ck_states_full) */
+    float *full;
+    size_t full_numel;
     int device;
     float *shadow;                /* (1 + states) x numel, pinned */
     size_t shadow_numel;
@@ -123,6 +130,13 @@ struct ddpc_ckpt {
 /* ckpt.c: the tensors of a checkpoint, in file order (parameters, optimizer
  * states, user tensors); *items is malloc'ed. Same on every rank. */
 ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *nparams);
+/* ckpt.c, sharded optimizer state: 1 if ck's optimizer holds a slice only
+ * (*off, *len: its range; *pad: size * len, one state's floats in full);
+ * ck_states_full allocates ck->full (zeroed) if not yet there; ck_states_scatter
+ * copies each rank's slice from it into the optimizer after a load. */
+int ck_sharded(ddpc_ckpt_t ck, size_t *off, size_t *len, size_t *pad);
+ddpc_status_t ck_states_full(ddpc_ckpt_t ck);
+void ck_states_scatter(ddpc_ckpt_t ck);
 /* FNV-1a 64: h (start with CK_FNV_BASIS) extended by n bytes. */
 #define CK_FNV_BASIS 0xcbf29ce484222325ull
 uint64_t ck_fnv(uint64_t h, const void *p, size_t n);

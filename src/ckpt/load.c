@@ -625,7 +625,10 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
     head_t *h = calloc(1, sizeof *h);
     r0_t r = {.want = path, .f = -1, .fd = -1};
     unsigned plugins = 0;
-    ddpc_status_t st = h ? ck_items(ck, &items, &nitems, &np) : ck_err(ck, DDPC_ERR_NOMEM, "load");
+    /* sharded: the whole state arrives in ck->full, each rank keeps its slice */
+    ddpc_status_t st = h ? ck_states_full(ck) : ck_err(ck, DDPC_ERR_NOMEM, "load");
+    if (st == DDPC_OK)
+        st = ck_items(ck, &items, &nitems, &np);
     if ((st = agree_items(ck, items, nitems, st)) != DDPC_OK) {
         free(items);
         free(h);
@@ -663,6 +666,7 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
             r.f = -1;
         }
         if (st == DDPC_OK && (st = ck_shadow_push(ck)) == DDPC_OK) { /* device: to the arenas */
+            ck_states_scatter(ck);
             apply(ck, h, meta, loaded, n);
             if (ck->rank == 0)
                 move_aside(ck, &r);
@@ -680,5 +684,9 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
     free(r.cands);
     free(items);
     free(h);
+    if (ck->rank != 0) { /* rank 0 keeps its copy for the saves */
+        free(ck->full);
+        ck->full = NULL;
+    }
     return st;
 }

@@ -922,6 +922,12 @@ ddpc_status_t ddpc_reduce(ddpc_comm_t c, const void *send, void *recv, size_t co
     return run_blocking(c, OP_REDUCE, send, recv, count, dt, op, root);
 }
 
+ddpc_status_t ddpc_ireduce(ddpc_comm_t c, const void *send, void *recv, size_t count,
+                           ddpc_dtype_t dt, ddpc_redop_t op, int root, ddpc_work_t *work)
+{
+    return submit(c, OP_REDUCE, send, recv, count, dt, op, root, work);
+}
+
 /* ------------------------------------------------------------------ point-to-point */
 
 ddpc_status_t ddpc_p2p_batch(ddpc_comm_t c, const ddpc_p2p_op_t *ops, int n, ddpc_work_t *out)

@@ -238,8 +238,11 @@ static int run_host(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
         }
         break;
     case OP_ALLGATHER:
-        rc = MPI_RUN(MPI_Allgather, MPI_Iallgather, w->send, (int)w->count, t, w->recv,
-                     (int)w->count, t, m->mpi);
+        /* send at rank r's own block of recv: in place (MPI_IN_PLACE) */
+        rc = MPI_RUN(MPI_Allgather, MPI_Iallgather,
+                     w->send == (const char *)w->recv + (size_t)c->rank * w->count * es
+                         ? MPI_IN_PLACE : w->send,
+                     (int)w->count, t, w->recv, (int)w->count, t, m->mpi);
         break;
     case OP_REDUCE_SCATTER:
         rc = MPI_RUN(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, w->send, w->recv,

@@ -67,12 +67,14 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
 {
     static const char *const comp[] = {"none", "bf16", "fp16", NULL};
     static const char *const ov[] = {"0", "1", "auto", NULL}; /* 2: DDPC_OVERLAP_AUTO */
+    static const char *const shard[] = {"none", "optim", "grads", NULL}; /* ddpc_shard_t */
     ddpc_t rt = d->rt;
     double first = (double)d->cfg.first_bucket_bytes / 1048576.0;
     double cap = (double)d->cfg.bucket_bytes / 1048576.0;
     long unused = d->cfg.find_unused, bcast = d->cfg.broadcast_buffers != 0;
     int overlap = d->cfg.overlap == DDPC_OVERLAP_AUTO ? 2 : d->cfg.overlap != 0;
     int c = d->cfg.compress == DDPC_BF16 ? 1 : d->cfg.compress == DDPC_F16 ? 2 : 0;
+    int sh = d->cfg.shard;
     ddpc_status_t st;
     if ((st = ddpc_env_double(rt, "DDPC_FIRST_BUCKET_MB", 0, 1 << 20, &first)) ||
         (st = ddpc_env_double(rt, "DDPC_BUCKET_MB", 1.0 / 1024, 1 << 20, &cap)) ||
@@ -80,7 +82,8 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
         (st = ddpc_env_long(rt, "DDPC_BROADCAST_BUFFERS", 0, 1, &bcast)) ||
         (st = ddpc_env_choice(rt, "DDPC_OVERLAP", ov, &overlap)) ||
         (st = ddpc_env_long(rt, "DDPC_CHECK_PARAMS", 0, 1000000000L, &d->check_every)) ||
-        (st = ddpc_env_choice(rt, "DDPC_COMPRESS", comp, &c))) {
+        (st = ddpc_env_choice(rt, "DDPC_COMPRESS", comp, &c)) ||
+        (st = ddpc_env_choice(rt, "DDPC_SHARD", shard, &sh))) {
         snprintf(d->err, sizeof d->err, "%s", ddpc_last_error(rt));
         return st;
     }
@@ -90,6 +93,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     d->cfg.broadcast_buffers = (int)bcast;
     d->cfg.overlap = overlap == 2 ? DDPC_OVERLAP_AUTO : overlap;
     d->cfg.compress = c == 1 ? DDPC_BF16 : c == 2 ? DDPC_F16 : DDPC_F32;
+    d->cfg.shard = sh;
     return DDPC_OK;
 }
 
@@ -176,6 +180,18 @@ ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg, dd
     if (st == DDPC_OK && d->cfg.bucket_bytes < 4)
         st = ddp_err(d, DDPC_ERR_INVALID, "bucket size of %zu bytes holds no float32",
                      d->cfg.bucket_bytes);
+    if (st == DDPC_OK && (d->cfg.shard < DDPC_SHARD_NONE || d->cfg.shard > DDPC_SHARD_GRADS))
+        st = ddp_err(d, DDPC_ERR_INVALID, "shard must be DDPC_SHARD_NONE, _OPTIM or _GRADS, not %d",
+                     d->cfg.shard);
+    if (st == DDPC_OK && d->cfg.shard == DDPC_SHARD_GRADS && d->cfg.compress != DDPC_F32)
+        st = ddp_err(d, DDPC_ERR_UNSUPPORTED, "DDPC_SHARD=grads (ZeRO-2) reduces the gradients "
+                     "in float32 only: not with DDPC_COMPRESS=%s (use DDPC_SHARD=optim, which "
+                     "all-reduces the compressed buckets as without sharding)",
+                     d->cfg.compress == DDPC_BF16 ? "bf16" : "fp16");
+    if (st == DDPC_OK && d->cfg.shard != DDPC_SHARD_NONE && d->device != DDPC_DEVICE_HOST)
+        st = ddp_err(d, DDPC_ERR_UNSUPPORTED, "DDPC_SHARD=%s runs on host engines (mpi backend) "
+                     "only, not on a device engine (GPU %d); use DDPC_SHARD=none",
+                     d->cfg.shard == DDPC_SHARD_GRADS ? "grads" : "optim", d->device);
     if (st == DDPC_OK && d->cfg.overlap == DDPC_OVERLAP_AUTO)
         resolve_overlap(d, w);
     return st;
@@ -189,6 +205,9 @@ void ddpc_ddp_destroy(ddpc_ddp_t d)
     for (int b = 0; b < d->nbuckets; b++) {
         if (d->buckets[b].work)
             ddpc_work_wait(d->buckets[b].work, -1);
+        for (int k = 0; k < d->buckets[b].rs_n; k++)
+            ddpc_work_wait(d->buckets[b].rs_work[k], -1);
+        free(d->buckets[b].rs_work);
         if (dev)
             ddp_dev_free(d->buckets[b].wire);
         else
@@ -455,7 +474,17 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
         st = agree_overlap(d);
     if (st)
         return st;
-    size_t bytes = (d->numel ? d->numel : 1) * sizeof(float);
+    /* shards: equal, aligned slices of an arena padded to size * shard_len */
+    size_t total = d->numel;
+    d->shard_len = d->numel;
+    d->shard_off = 0;
+    if (d->cfg.shard != DDPC_SHARD_NONE) {
+        size_t per = (d->numel + (size_t)d->size - 1) / (size_t)d->size;
+        d->shard_len = (per + DDP_SHARD_ALIGN - 1) / DDP_SHARD_ALIGN * DDP_SHARD_ALIGN;
+        d->shard_off = (size_t)d->rank * d->shard_len;
+        total = d->shard_len * (size_t)d->size;
+    }
+    size_t bytes = (total ? total : 1) * sizeof(float);
     bytes = (bytes + 63) / 64 * 64;
     size_t bbytes = ((d->buf_numel ? d->buf_numel : 1) * sizeof(float) + 63) / 64 * 64;
     const int dev = d->device != DDPC_DEVICE_HOST;
@@ -500,18 +529,27 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
                 return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the compression buffers");
             }
         }
+    if (d->cfg.shard == DDPC_SHARD_GRADS)
+        for (int b = 0; b < d->nbuckets; b++)
+            if (!(d->buckets[b].rs_work = calloc((size_t)d->size, sizeof(ddpc_work_t))))
+                return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the reduce handles");
     for (int b = 0; b < d->nbuckets; b++)
         d->buckets[b].pending = d->buckets[b].last_param - d->buckets[b].first_param + 1;
     d->built = 1;
     char where[32] = "the host";
     if (dev)
         snprintf(where, sizeof where, "GPU %d", d->device);
-    char bufs[64] = "";
+    char sh[96] = "", bufs[64] = "";
+    if (d->cfg.shard != DDPC_SHARD_NONE)
+        snprintf(sh, sizeof sh, ", %s sharded (floats [%zu, %zu) here)",
+                 d->cfg.shard == DDPC_SHARD_GRADS ? "gradients and optimizer state"
+                                                   : "optimizer state",
+                 d->shard_off, d->shard_off + d->shard_len);
     if (d->nbufs)
         snprintf(bufs, sizeof bufs, ", %d buffers (%zu elements)", d->nbufs, d->buf_numel);
-    ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s%s, arenas on %s",
+    ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s%s%s, arenas on %s",
              d->nparams, d->numel, d->nbuckets, d->cfg.first_bucket_bytes, d->cfg.bucket_bytes,
-             d->cfg.compress != DDPC_F32 ? ", compressed" : "", bufs, where);
+             d->cfg.compress != DDPC_F32 ? ", compressed" : "", sh, bufs, where);
     return DDPC_OK;
 }
 

@@ -9,6 +9,7 @@
 
 #define DDP_NAME_MAX 128
 #define DDP_MAX_DIMS 8
+#define DDP_SHARD_ALIGN 16 /* floats: 64 bytes, the optimizer's BLOCK */
 
 typedef struct {
     char name[DDP_NAME_MAX];
@@ -31,6 +32,9 @@ typedef struct {
     ddpc_work_t work;
     uint16_t *wire;       /* compression: (numel,) bf16/fp16 copy on the wire (device
                              memory for a device engine) */
+    ddpc_work_t *rs_work; /* shard grads: (size,) the reduces of its pieces, one per
+                             rank whose slice it meets, rs_n of them this step */
+    int rs_n;
 } ddp_bucket_t;
 
 struct ddpc_ddp {
@@ -47,6 +51,12 @@ struct ddpc_ddp {
     size_t numel;         /* total elements of each arena */
     float *param_arena;   /* (numel,) */
     float *grad_arena;    /* (numel,) */
+    /* sharding (cfg.shard != NONE): rank r owns the floats [r * shard_len,
+     * (r + 1) * shard_len) of the arenas; shard_len is a multiple of
+     * DDP_SHARD_ALIGN and the arenas hold size * shard_len floats (>= numel,
+     * the padding zero), so that an all-gather of equal counts runs in place */
+    size_t shard_len;     /* floats per rank (numel when unsharded) */
+    size_t shard_off;     /* this rank's first float (0 when unsharded) */
 
     ddp_param_t *bufs;    /* buffers: state without gradients (bucket, ready unused) */
     int nbufs, bufcap;

@@ -25,7 +25,10 @@ struct ddpc_optim {
     ddpc_optim_config_t cfg;
     int nstates;
     const char *state_names[2];
-    float *state[2];   /* (numel,) each, the parameter arena's layout */
+    float *state[2];   /* (state_len,) each: the floats [state_off, state_off +
+                          state_len) of the parameter arena's layout */
+    size_t state_off, state_len; /* the engine's shard; 0 and numel unsharded */
+    int sharded;       /* the engine's shard != DDPC_SHARD_NONE */
     uint64_t steps;    /* updates applied */
     double scale;      /* dynamic loss scale */
     int good_steps;    /* since the last overflow or growth */
@@ -133,7 +136,11 @@ ddpc_status_t ddpc_optim_create(ddpc_ddp_t d, const ddpc_optim_config_t *cfg, dd
         o->state_names[0] = "exp_avg";
         o->state_names[1] = "exp_avg_sq";
     }
-    size_t bytes = ((d->numel ? d->numel : 1) * sizeof(float) + 63) / 64 * 64;
+    /* sharded: the state of this rank's slice of the arena only */
+    o->sharded = d->cfg.shard != DDPC_SHARD_NONE;
+    o->state_off = d->shard_off;
+    o->state_len = d->shard_len;
+    size_t bytes = ((o->state_len ? o->state_len : 1) * sizeof(float) + 63) / 64 * 64;
     o->device = d->device;
     o->last_stepped = 1;
     if (o->device != DDPC_DEVICE_HOST) {
@@ -235,27 +242,28 @@ static double sumsq(const float *restrict g, size_t n)
     return acc_total(acc);
 }
 
-/* The sum of squares of the norm group's whole model: the partial sums go
- * along the group in rank order (each rank adds its piece's), and the last
- * rank's go back to every rank. Collective over the group. */
-static ddpc_status_t group_sumsq(ddpc_optim_t o, const float *g, size_t n, double *ss)
+/* The sum of squares of the whole model held in pieces by c's ranks (a norm
+ * group, or a sharded engine's communicator): the partial sums go along c in
+ * rank order (each rank adds its piece's, g: the model's floats [phase,
+ * phase + n)), and the last rank's go back to every rank. Collective over c. */
+static ddpc_status_t group_sumsq(ddpc_optim_t o, ddpc_comm_t c, const float *g, size_t n,
+                                 size_t phase, double *ss)
 {
     ddpc_ddp_t d = o->ddp;
-    ddpc_comm_t c = o->norm_group;
     const int r = ddpc_comm_rank(c), last = ddpc_comm_size(c) - 1;
     double acc[BLOCK] = {0};
     ddpc_status_t st = DDPC_OK;
     if (r > 0)
         st = ddpc_recv(c, acc, BLOCK, DDPC_F64, r - 1);
     if (st == DDPC_OK)
-        sumsq_acc(g, n, o->norm_offset, acc);
+        sumsq_acc(g, n, phase, acc);
     if (st == DDPC_OK && r < last)
         st = ddpc_send(c, acc, BLOCK, DDPC_F64, r + 1);
     if (st == DDPC_OK)
         st = ddpc_broadcast(c, acc, BLOCK, DDPC_F64, last);
     if (st != DDPC_OK)
-        return ddp_err(d, st, "the gradient norm over the norm group (rank %d of %d): %s", r,
-                       last + 1, ddpc_last_error(d->rt));
+        return ddp_err(d, st, "the gradient norm over the %s (rank %d of %d): %s",
+                       o->sharded ? "shards" : "norm group", r, last + 1, ddpc_last_error(d->rt));
     *ss = acc_total(acc);
     return DDPC_OK;
 }
@@ -374,12 +382,24 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
         return st;
     }
 #endif
+    /* sharded: this rank updates its slice [state_off, state_off + n) (n
+     * short of state_len or 0 where the slice reaches the padding); the norm
+     * of the whole arena comes from the slices' partial sums, passed along
+     * the ranks, bitwise the unsharded one */
+    if (o->sharded) {
+        n = o->state_off >= n ? 0 : n - o->state_off < o->state_len ? n - o->state_off
+                                                                     : o->state_len;
+        p += o->state_off;
+        g += o->state_off;
+    }
     /* the norm decides the step when scaling or clipping: a pass of its
      * own first; otherwise the update pass gathers it on the way */
-    const int norm_first = o->cfg.dynamic_loss_scale || o->cfg.clip_norm > 0 || o->norm_group;
+    const int norm_first =
+        o->cfg.dynamic_loss_scale || o->cfg.clip_norm > 0 || o->norm_group || o->sharded;
     double ss = 0;
-    if (o->norm_group) {
-        ddpc_status_t st = group_sumsq(o, g, n, &ss);
+    if (o->norm_group || o->sharded) {
+        ddpc_status_t st = o->sharded ? group_sumsq(o, d->comm, g, n, o->state_off, &ss)
+                                      : group_sumsq(o, o->norm_group, g, n, o->norm_offset, &ss);
         if (st != DDPC_OK)
             return st;
     } else if (norm_first) {
@@ -420,6 +440,14 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
         o->last_norm = sqrt(ss);
     }
     o->steps++;
+    if (o->sharded && d->size > 1) { /* every rank's updated slice to every rank, in place */
+        ddpc_comm_tag_next(d->comm, "ddp shard all-gather");
+        ddpc_status_t st = ddpc_allgather(d->comm, d->param_arena + o->state_off, d->param_arena,
+                                          o->state_len, DDPC_F32);
+        if (st != DDPC_OK)
+            return ddp_err(d, st, "all-gathering the updated parameter shards (%zu floats per "
+                           "rank): %s", o->state_len, ddpc_last_error(d->rt));
+    }
     if (stepped)
         *stepped = 1;
     return DDPC_OK;
@@ -458,6 +486,10 @@ ddpc_status_t ddpc_optim_set_norm_group(ddpc_optim_t o, ddpc_comm_t group, size_
         o->norm_offset = 0;
         return DDPC_OK;
     }
+    if (o->sharded)
+        return ddp_err(d, DDPC_ERR_UNSUPPORTED, "ddpc_optim_set_norm_group: the engine shards its "
+                       "optimizer state (DDPC_SHARD=optim), whose norm already passes along the "
+                       "engine's ranks; norm groups need DDPC_SHARD=none");
     if (o->device != DDPC_DEVICE_HOST)
         return ddp_err(d, DDPC_ERR_UNSUPPORTED, "ddpc_optim_set_norm_group: a device engine's "
                        "norm stays on its device; norm groups are for host engines");
@@ -513,6 +545,17 @@ float *ddpc_optim_state(ddpc_optim_t o, int k, const char **name)
     if (name)
         *name = o->state_names[k];
     return o->state[k];
+}
+
+ddpc_status_t ddpc_optim_state_range(ddpc_optim_t o, size_t *offset, size_t *numel)
+{
+    if (!o)
+        return DDPC_ERR_INVALID;
+    if (offset)
+        *offset = o->state_off;
+    if (numel)
+        *numel = o->state_len;
+    return DDPC_OK;
 }
 
 /* The scalars' getters and setters: on a device engine they go through the

@@ -86,7 +86,28 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
     ddpc_comm_tag_next(d->comm, tag); /* for the flight recorder */
     if (!d->cfg.overlap) /* launched in the wait on every rank (overlap is agreed at build) */
         ddpc_comm_blocking_next(d->comm);
-    if (d->cfg.compress == DDPC_F32) {
+    if (d->cfg.shard == DDPC_SHARD_GRADS) {
+        /* ZeRO-2: the bucket's piece in rank r's slice is averaged into rank
+         * r only, one reduce per rank whose slice the bucket meets (the
+         * slices are equal and aligned, the buckets cut at parameters: the
+         * pieces differ in length, so no equal-count reduce-scatter) */
+        const size_t L = d->shard_len, end = bk->offset + bk->numel;
+        st = DDPC_OK;
+        bk->rs_n = 0;
+        for (size_t lo = bk->offset; st == DDPC_OK && lo < end && L;) {
+            const int r = (int)(lo / L);
+            const size_t hi = (size_t)(r + 1) * L < end ? (size_t)(r + 1) * L : end;
+            if (bk->rs_n)
+                ddpc_comm_tag_next(d->comm, tag);
+            if (!d->cfg.overlap)
+                ddpc_comm_blocking_next(d->comm);
+            st = ddpc_ireduce(d->comm, d->grad_arena + lo, d->grad_arena + lo, hi - lo, DDPC_F32,
+                              DDPC_AVG, r, &bk->rs_work[bk->rs_n]);
+            if (st == DDPC_OK)
+                bk->rs_n++;
+            lo = hi;
+        }
+    } else if (d->cfg.compress == DDPC_F32) {
         st = ddpc_iallreduce(d->comm, g, g, bk->numel, DDPC_F32, DDPC_AVG, &bk->work);
     } else {
         /* fold the 1/N into the conversion copy: no extra pass */
@@ -157,6 +178,7 @@ static void reset_step(ddpc_ddp_t d)
         d->buckets[b].pending = d->buckets[b].last_param - d->buckets[b].first_param + 1;
         d->buckets[b].launched = 0;
         d->buckets[b].work = NULL;
+        d->buckets[b].rs_n = 0;
     }
     d->next_launch = 0;
     d->step_active = 0;
@@ -284,6 +306,19 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     }
     for (int b = 0; b < d->nbuckets; b++) {
         ddp_bucket_t *bk = &d->buckets[b];
+        /* shard grads: the bucket's reduces, in order (host engines only) */
+        for (int k = 0; k < bk->rs_n; k++) {
+            ddpc_status_t ws = ddpc_work_wait(bk->rs_work[k], st == DDPC_ERR_TIMEOUT ? 0 : -1);
+            bk->rs_work[k] = NULL;
+            if (ws == DDPC_ERR_TIMEOUT)
+                return ddp_err(d, ws, "bucket %d of %d (parameters %d..%d, %zu floats), reduce "
+                               "%d of %d: %s", b, d->nbuckets, bk->first_param, bk->last_param,
+                               bk->numel, k + 1, bk->rs_n, ddpc_last_error(d->rt));
+            if (ws && st == DDPC_OK)
+                st = ddp_err(d, ws, "bucket %d, reduce %d of %d: %s", b, k + 1, bk->rs_n,
+                             ddpc_last_error(d->rt));
+        }
+        bk->rs_n = 0;
         if (!bk->launched || !bk->work)
             continue;
         /* after a timed-out check behind them, the buckets (issued before it, completed
