@@ -450,6 +450,11 @@ static model_t *cuda_create(const model_spec_t *s, const model_place_t *where, i
                  "of its own to scale (use fp32 or bf16)");
         return NULL;
     }
+    if (s->batchnorm) {
+        snprintf(err, errlen, "model (cuda): --batchnorm: the cuda model has no BatchNorm "
+                 "layers yet (use --device cpu)");
+        return NULL;
+    }
     if (max_batch < 1 || s->nhidden < 0 || s->nhidden > MODEL_MAX_HIDDEN) {
         snprintf(err, errlen, "model (cuda): batch %d or %d hidden layers out of range",
                  max_batch, s->nhidden);
@@ -857,7 +862,7 @@ const model_ops_t model_cuda_ops = {"cuda",       cuda_create,    cuda_destroy,
                                     cuda_upload,  cuda_forward,   cuda_backward,
                                     cuda_stats,   cuda_params_io, cuda_error,
                                     cuda_output,  cuda_output_grad, cuda_input_grad,
-                                    cuda_input};
+                                    cuda_input,   NULL};
 
 int model_cuda_device_count(void)
 {
