@@ -174,7 +174,12 @@ static void check_checkpoint(ddpc_ddp_t d, ddpc_optim_t opt)
         hs[k] = fnv1a(h, n * sizeof *h);
     }
     EXPECT_EQ_INT(ddpc_optim_steps(opt), STEPS);
+    size_t nbuf;
+    float *db = ddpc_ddp_buffers(d, &nbuf), *hb = halloc(nbuf * sizeof *hb);
+    download(hb, db, nbuf * sizeof *hb);
+    uint64_t hbuf = fnv1a(hb, nbuf * sizeof *hb);
 
+    dzero(db, nbuf * sizeof *hb);
     dzero(dp, n * sizeof *h);
     for (int k = 0; k < ns; k++)
         dzero(ddpc_optim_state(opt, k, NULL), n * sizeof *h);
@@ -194,6 +199,9 @@ static void check_checkpoint(ddpc_ddp_t d, ddpc_optim_t opt)
     EXPECT_EQ_INT(ddpc_optim_steps(opt), STEPS);
     download(h, dp, n * sizeof *h);
     EXPECT_EQ_HASH("parameters after the load", fnv1a(h, n * sizeof *h), hp);
+    download(hb, db, nbuf * sizeof *hb);
+    EXPECT_EQ_HASH("buffers after the load", fnv1a(hb, nbuf * sizeof *hb), hbuf);
+    free(hb);
     EXPECT_SAME_ON_ALL_RANKS("parameters after the load", h, n * sizeof *h);
     for (int k = 0; k < ns; k++) {
         const char *name;
@@ -228,8 +236,15 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
     }
     int64_t bs[1] = {O};
     OK_D(d, ddpc_ddp_add_param(d, "b", 1, bs, NULL));
+    /* buffers in the device's buffer arena: rank 0's after broadcast_params
+     * and after every synced wait (broadcast_buffers) */
+    OK_D(d, ddpc_ddp_add_buffer(d, "bn.running_mean", 1, bs, NULL));
+    OK_D(d, ddpc_ddp_add_buffer(d, "bn.num_batches_tracked", 0, NULL, NULL));
     OK_D(d, ddpc_ddp_build(d));
     const int np = ddpc_ddp_num_params(d);
+    size_t nbuf;
+    float *dbuf = ddpc_ddp_buffers(d, &nbuf), hbuf[O + 1], want[O + 1];
+    EXPECT_EQ_INT(nbuf, O + 1);
     if (ddpc_ddp_num_buckets(d) <= 2)
         FAILF("%d buckets, expected more than 2", ddpc_ddp_num_buckets(d));
     EXPECT_EQ_INT(ddpc_ddp_device(d), device);
@@ -240,7 +255,15 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
     float *rp = halloc(n * 4), *rg = halloc(n * 4), *rm = halloc(n * 4), *rv = halloc(n * 4);
     init_params(hp, n, rank);
     upload(dp, hp, n * 4);
+    for (size_t i = 0; i < nbuf; i++)
+        hbuf[i] = (float)(1000 * rank) + (float)i;
+    upload(dbuf, hbuf, sizeof hbuf);
     OK_D(d, ddpc_ddp_broadcast_params(d));
+    download(hbuf, dbuf, sizeof hbuf);
+    for (size_t i = 0; i < nbuf; i++)
+        want[i] = (float)i;
+    if (memcmp(hbuf, want, sizeof hbuf))
+        FAILF("buffers after ddpc_ddp_broadcast_params are not rank 0's");
     download(hp, dp, n * 4);
     init_params(rp, n, 0);
     if (memcmp(hp, rp, n * 4))
@@ -265,6 +288,9 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
         download(hp, dp, n * 4);
         memset(hg, 0, n * 4);
         grad_linear(hp, hg, t, rank * B, B, 1.0f);
+        for (size_t i = 0; i < nbuf; i++) /* this rank's running statistics */
+            hbuf[i] = (float)(rank + 1) * (float)(t + 2) + (float)i;
+        upload(dbuf, hbuf, sizeof hbuf);
         OK_D(d, ddpc_ddp_zero_grad(d));
         for (int i = np - 1; i >= 0; i--) { /* backward: last parameter first */
             if (i == skip)
@@ -279,6 +305,11 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
             OK_D(d, ddpc_ddp_grad_ready(d, i));
         }
         OK_D(d, ddpc_ddp_wait(d));
+        download(hbuf, dbuf, sizeof hbuf);
+        for (size_t i = 0; i < nbuf; i++)
+            want[i] = (float)(t + 2) + (float)i;
+        if (memcmp(hbuf, want, sizeof hbuf))
+            FAILF("step %d: buffers after the wait are not rank 0's", t);
         download(hg, dg, n * 4);
         snprintf(what, sizeof what, "averaged gradients of step %d", t);
         EXPECT_SAME_ON_ALL_RANKS(what, hg, n * 4);

@@ -63,7 +63,7 @@ static void fill(float *x, size_t n, uint64_t seed)
 }
 
 /* The test model; variants differ from it in one place. */
-enum { SAME = 0, OTHER_SHAPE, EXTRA_PARAM, RENAMED };
+enum { SAME = 0, OTHER_SHAPE, EXTRA_PARAM, RENAMED, BUFFERS };
 
 typedef struct {
     ddpc_ddp_t ddp;
@@ -94,6 +94,11 @@ static void build(model_t *m, int variant, int optim, const char *dir, int async
         T_OK(ddpc_ddp_add_param(m->ddp, "big/table", 2, big, NULL));
     if (variant == EXTRA_PARAM)
         T_OK(ddpc_ddp_add_param(m->ddp, "extra", 1, extra, NULL));
+    if (variant == BUFFERS) { /* BatchNorm's: saved as /model/<name> after the parameters */
+        T_OK(ddpc_ddp_add_buffer(m->ddp, "bn.running_mean", 1, bias, NULL));
+        T_OK(ddpc_ddp_add_buffer(m->ddp, "bn.num_batches_tracked", 0, NULL, NULL));
+        T_OK(ddpc_ddp_add_buffer(m->ddp, "bn.running_var", 1, bias, NULL));
+    }
     T_OK(ddpc_ddp_build(m->ddp));
     if (optim >= 0) {
         ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
@@ -122,6 +127,9 @@ static void train_a_little(model_t *m, uint64_t seed)
     size_t n;
     float *p = ddpc_ddp_params(m->ddp, &n), *g = ddpc_ddp_grads(m->ddp, NULL);
     fill(p, n, seed);
+    size_t nb;
+    float *bufs = ddpc_ddp_buffers(m->ddp, &nb); /* nb set by the call: not in one expression */
+    fill(bufs, nb, seed + 50);
     for (int s = 0; s < 3 && m->opt; s++) {
         fill(g, n, seed + 100 + (uint64_t)s);
         T_OK(ddpc_optim_step(m->opt, NULL));
@@ -139,6 +147,9 @@ static void scramble(model_t *m)
     size_t n;
     float *p = ddpc_ddp_params(m->ddp, &n);
     fill(p, n, 999 + (uint64_t)T_rank);
+    size_t nb;
+    float *bufs = ddpc_ddp_buffers(m->ddp, &nb);
+    fill(bufs, nb, 333 + (uint64_t)T_rank);
     for (int k = 0; k < ddpc_optim_num_states(m->opt); k++)
         fill(ddpc_optim_state(m->opt, k, NULL), n, 555 + (uint64_t)T_rank);
     fill(m->user, 10, 77 + (uint64_t)T_rank);
@@ -152,6 +163,11 @@ static void assert_same_state(model_t *a, model_t *b)
     float *pa = ddpc_ddp_params(a->ddp, &n), *pb = ddpc_ddp_params(b->ddp, &nb);
     ck_assert_uint_eq(n, nb);
     ck_assert_msg(!memcmp(pa, pb, n * sizeof *pa), "rank %d: parameters differ", T_rank);
+    pa = ddpc_ddp_buffers(a->ddp, &n);
+    pb = ddpc_ddp_buffers(b->ddp, &nb);
+    ck_assert_uint_eq(n, nb);
+    ck_assert_msg(!memcmp(pa, pb, n * sizeof *pa), "rank %d: buffers differ", T_rank);
+    ddpc_ddp_params(a->ddp, &n);
     ck_assert_int_eq(ddpc_optim_num_states(a->opt), ddpc_optim_num_states(b->opt));
     for (int k = 0; k < ddpc_optim_num_states(a->opt); k++) {
         const char *name;
@@ -193,12 +209,12 @@ static ddpc_ckpt_meta_t some_meta(uint64_t step)
 
 /* ------------------------------------------------------------------ round trips */
 
-static void round_trip(int optim, int async, size_t chunk)
+static void round_trip(int variant, int optim, int async, size_t chunk)
 {
     char dir[256], path[600], want[600];
     make_dir(dir);
     model_t a, b;
-    build(&a, SAME, optim, dir, async, chunk);
+    build(&a, variant, optim, dir, async, chunk);
     train_a_little(&a, 1);
     CK_OK(&a, ddpc_ckpt_set_user_attr_double(a.ck, "loss", 0.125));
     CK_OK(&a, ddpc_ckpt_set_user_attr_string(a.ck, "run", "round trip"));
@@ -217,7 +233,7 @@ static void round_trip(int optim, int async, size_t chunk)
         memcpy(p, keep, n * sizeof *p);
         free(keep);
     }
-    build(&b, SAME, optim, dir, 0, chunk);
+    build(&b, variant, optim, dir, 0, chunk);
     scramble(&b);
     ddpc_ckpt_meta_t got;
     memset(&got, 0xff, sizeof got);
@@ -256,21 +272,23 @@ static void round_trip(int optim, int async, size_t chunk)
 
 START_TEST(round_trip_sgd_momentum)
 {
-    round_trip(DDPC_OPTIM_SGD, 0, 0);
+    round_trip(SAME, DDPC_OPTIM_SGD, 0, 0);
 }
 END_TEST
 
 START_TEST(round_trip_adamw_async)
 {
-    round_trip(DDPC_OPTIM_ADAMW, 1, 0);
+    round_trip(SAME, DDPC_OPTIM_ADAMW, 1, 0);
+    round_trip(BUFFERS, DDPC_OPTIM_SGD, 1, 0);
 }
 END_TEST
 
 START_TEST(round_trip_in_tiny_pieces)
 {
     /* 3 and 8 floats per piece: every split dimension of the piece walker */
-    round_trip(DDPC_OPTIM_ADAMW, 0, 12);
-    round_trip(DDPC_OPTIM_SGD, 1, 32);
+    round_trip(BUFFERS, DDPC_OPTIM_ADAMW, 0, 12);
+    round_trip(SAME, DDPC_OPTIM_SGD, 1, 32);
+    round_trip(BUFFERS, DDPC_OPTIM_SGD, 0, 0);
 }
 END_TEST
 
@@ -436,12 +454,12 @@ START_TEST(corrupt_newest_is_skipped)
 }
 END_TEST
 
-static void refused(int variant, int optim, const char *needle)
+static void refused_from(int saved, int variant, int optim, const char *needle)
 {
     char dir[256];
     make_dir(dir);
     model_t a, b;
-    build(&a, SAME, DDPC_OPTIM_SGD, dir, 0, 0);
+    build(&a, saved, DDPC_OPTIM_SGD, dir, 0, 0);
     train_a_little(&a, 3);
     CK_OK(&a, ddpc_ckpt_save(a.ck, NULL));
     build(&b, variant, optim, dir, 0, 0);
@@ -453,6 +471,11 @@ static void refused(int variant, int optim, const char *needle)
     remove_dir(dir);
 }
 
+static void refused(int variant, int optim, const char *needle)
+{
+    refused_from(SAME, variant, optim, needle);
+}
+
 START_TEST(other_model_refused_naming_the_parameter)
 {
     refused(OTHER_SHAPE, DDPC_OPTIM_SGD,
@@ -461,6 +484,10 @@ START_TEST(other_model_refused_naming_the_parameter)
             "parameter 2 is \"fc.b\" here but \"fc.bias\" in the checkpoint");
     refused(EXTRA_PARAM, DDPC_OPTIM_SGD, "parameter 6 \"extra\" is only in the model");
     refused(SAME, DDPC_OPTIM_ADAMW, "holds sgd optimizer state, but the optimizer is adamw");
+    /* buffers are part of the model: a checkpoint without them is another one */
+    refused(BUFFERS, DDPC_OPTIM_SGD, "parameter 6 \"bn.running_mean\" is only in the model");
+    refused_from(BUFFERS, SAME, DDPC_OPTIM_SGD,
+                 "parameter 6 \"bn.running_mean\" is only in the checkpoint");
 }
 END_TEST
 

@@ -602,6 +602,138 @@ START_TEST(batchnorm_stats_bad_arguments)
 }
 END_TEST
 
+/* Buffers: rank 0's values everywhere after broadcast_params and after each
+ * synced wait (broadcast_buffers, the default), not after an accumulation
+ * micro-step, and never with broadcast_buffers = 0. */
+static ddpc_ddp_t buffer_engine(int broadcast, int *nb)
+{
+    ddpc_ddp_config_t c = DDPC_DDP_CONFIG_INIT;
+    c.broadcast_buffers = broadcast;
+    ddpc_ddp_t d;
+    T_OK(ddpc_ddp_create(T_comm, &c, &d));
+    int64_t w[2] = {3, 5}, ch[1] = {3};
+    ck_assert_int_eq(ddpc_ddp_add_param(d, "fc.weight", 2, w, NULL), DDPC_OK);
+    ck_assert_int_eq(ddpc_ddp_add_buffer(d, "bn.running_mean", 1, ch, NULL), DDPC_OK);
+    ck_assert_int_eq(ddpc_ddp_add_param(d, "bn.weight", 1, ch, NULL), DDPC_OK);
+    ck_assert_int_eq(ddpc_ddp_add_buffer(d, "bn.running_var", 1, ch, NULL), DDPC_OK);
+    ck_assert_int_eq(ddpc_ddp_add_buffer(d, "bn.num_batches_tracked", 0, NULL, nb), DDPC_OK);
+    ck_assert_msg(ddpc_ddp_build(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+    return d;
+}
+
+static void fill_buffers(ddpc_ddp_t d, float v)
+{
+    size_t n = 0;
+    float *b = ddpc_ddp_buffers(d, &n);
+    for (size_t i = 0; i < n; i++)
+        b[i] = v + (float)i;
+}
+
+/* every buffer element is v + its index */
+static void expect_buffers(ddpc_ddp_t d, float v, const char *when)
+{
+    size_t n = 0;
+    const float *b = ddpc_ddp_buffers(d, &n);
+    ck_assert_uint_eq(n, 7);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(b[i] == v + (float)i, "rank %d, %s: buffer element %zu is %g, expected %g",
+                      T_rank, when, i, (double)b[i], (double)(v + (float)i));
+}
+
+static void one_step(ddpc_ddp_t d)
+{
+    T_OK(ddpc_ddp_zero_grad(d));
+    for (int i = ddpc_ddp_num_params(d) - 1; i >= 0; i--)
+        T_OK(ddpc_ddp_grad_ready(d, i));
+    ck_assert_msg(ddpc_ddp_wait(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+}
+
+START_TEST(buffers_broadcast)
+{
+    int nb = -1;
+    ddpc_ddp_t d = buffer_engine(1, &nb);
+    ck_assert_int_eq(nb, 2);
+    ck_assert_int_eq(ddpc_ddp_num_buffers(d), 3);
+    ck_assert_int_eq(ddpc_ddp_num_params(d), 2);
+    ck_assert_int_eq(ddpc_ddp_find_buffer(d, "bn.running_var"), 1);
+    ck_assert_int_eq(ddpc_ddp_find_buffer(d, "bn.weight"), -1);
+    ddpc_param_info_t info;
+    T_OK(ddpc_ddp_buffer_info(d, 2, &info));
+    ck_assert_str_eq(info.name, "bn.num_batches_tracked");
+    ck_assert_int_eq(info.ndim, 0);
+    ck_assert_uint_eq(info.numel, 1);
+    ck_assert_uint_eq(info.offset, 6);
+    ck_assert_int_eq(info.bucket, -1);
+    ck_assert_ptr_eq(ddpc_ddp_buffer(d, 1), ddpc_ddp_buffers(d, NULL) + 3);
+    ck_assert_int_eq(ddpc_ddp_buffer_info(d, 3, &info), DDPC_ERR_INVALID);
+    for (int i = 0; i < 7; i++)
+        ck_assert_msg(ddpc_ddp_buffers(d, NULL)[i] == 0.0f, "buffer element %d not zeroed at build", i);
+    fill_buffers(d, 100.0f * (float)(T_rank + 1));
+    T_OK(ddpc_ddp_broadcast_params(d));
+    expect_buffers(d, 100, "after broadcast_params");
+
+    /* each rank updates its own (running statistics of its batch) */
+    fill_buffers(d, 10.0f * (float)(T_rank + 1));
+    T_OK(ddpc_ddp_set_sync(d, 0));
+    one_step(d);
+    expect_buffers(d, 10.0f * (float)(T_rank + 1), "after an accumulation micro-step");
+    T_OK(ddpc_ddp_set_sync(d, 1));
+    one_step(d);
+    expect_buffers(d, 10, "after a synced wait");
+    ddpc_ddp_destroy(d);
+
+    d = buffer_engine(0, NULL);
+    fill_buffers(d, 7.0f * (float)(T_rank + 1));
+    one_step(d);
+    expect_buffers(d, 7.0f * (float)(T_rank + 1), "after a wait with broadcast_buffers=0");
+    T_OK(ddpc_ddp_broadcast_buffers(d));
+    expect_buffers(d, 7, "after ddpc_ddp_broadcast_buffers");
+    ddpc_ddp_destroy(d);
+
+    setenv("DDPC_BROADCAST_BUFFERS", "0", 1);
+    d = buffer_engine(1, NULL);
+    unsetenv("DDPC_BROADCAST_BUFFERS");
+    fill_buffers(d, 5.0f * (float)(T_rank + 1));
+    one_step(d);
+    expect_buffers(d, 5.0f * (float)(T_rank + 1), "after a wait with DDPC_BROADCAST_BUFFERS=0");
+    ddpc_ddp_destroy(d);
+}
+END_TEST
+
+START_TEST(buffer_names_and_mismatch)
+{
+    ddpc_ddp_t d;
+    T_OK(ddpc_ddp_create(T_comm, NULL, &d));
+    int64_t ch[1] = {4};
+    T_OK(ddpc_ddp_add_param(d, "bn.weight", 1, ch, NULL));
+    ck_assert_int_eq(ddpc_ddp_add_buffer(d, "bn.weight", 1, ch, NULL), DDPC_ERR_INVALID);
+    ck_assert_msg(strstr(ddpc_ddp_last_error(d), "buffer \"bn.weight\": a parameter has that name"),
+                  "%s", ddpc_ddp_last_error(d));
+    T_OK(ddpc_ddp_add_buffer(d, "bn.running_mean", 1, ch, NULL));
+    ck_assert_int_eq(ddpc_ddp_add_param(d, "bn.running_mean", 1, ch, NULL), DDPC_ERR_INVALID);
+    ck_assert_msg(strstr(ddpc_ddp_last_error(d), "a buffer has that name"), "%s",
+                  ddpc_ddp_last_error(d));
+    ck_assert_int_eq(ddpc_ddp_broadcast_buffers(d), DDPC_ERR_STATE);
+    ddpc_ddp_destroy(d);
+    if (T_size == 1)
+        return;
+    /* the last rank's running_var has another shape: every rank fails, naming it */
+    T_OK(ddpc_ddp_create(T_comm, NULL, &d));
+    int64_t other[1] = {T_rank == T_size - 1 ? 5 : 4};
+    T_OK(ddpc_ddp_add_param(d, "bn.weight", 1, ch, NULL));
+    T_OK(ddpc_ddp_add_buffer(d, "bn.running_mean", 1, ch, NULL));
+    T_OK(ddpc_ddp_add_buffer(d, "bn.running_var", 1, other, NULL));
+    ck_assert_int_eq(ddpc_ddp_build(d), DDPC_ERR_MISMATCH);
+    const char *m = ddpc_ddp_last_error(d);
+    if (T_rank == T_size - 1)
+        ck_assert_msg(strstr(m, "buffer 1 is \"bn.running_var\" float32[5] on this rank"), "%s", m);
+    else
+        ck_assert_msg(strstr(m, "first at buffer 1 (\"bn.running_var\" float32[4] on rank 0)"),
+                      "%s", m);
+    ddpc_ddp_destroy(d);
+}
+END_TEST
+
 static Suite *ddp_suite(void)
 {
     Suite *s = suite_create("ddp");
@@ -616,6 +748,7 @@ static Suite *ddp_suite(void)
     tcase_add_test(core, sgd_nesterov_rule);
     tcase_add_test(core, replicas_compared);
     tcase_add_test(core, overlap_setting);
+    tcase_add_test(core, buffers_broadcast);
     suite_add_tcase(s, core);
     TCase *lim = tcase_create("limits");
     tcase_set_timeout(lim, 60);
@@ -629,6 +762,7 @@ static Suite *ddp_suite(void)
     tcase_add_test(bad, ready_twice_is_named);
     tcase_add_test(bad, model_mismatch_named_on_every_rank);
     tcase_add_test(bad, batchnorm_stats_bad_arguments);
+    tcase_add_test(bad, buffer_names_and_mismatch);
     suite_add_tcase(s, bad);
     return s;
 }

@@ -78,7 +78,9 @@ static ddpc_status_t device_buffers(ddpc_ckpt_t ck)
 #ifdef DDPC_HAVE_CUDA
     size_t numel = 0;
     ddpc_ddp_params(ck->ddp, &numel);
-    ck->shadow_numel = (size_t)(1 + ddpc_optim_num_states(ck->opt)) * (numel ? numel : 1);
+    size_t nbuf = 0;
+    ddpc_ddp_buffers(ck->ddp, &nbuf);
+    ck->shadow_numel = (size_t)(1 + ddpc_optim_num_states(ck->opt)) * (numel ? numel : 1) + nbuf;
     ck->bounce_numel = ck->cfg.chunk_bytes / sizeof(float);
     if (ck->bounce_numel > ck->shadow_numel)
         ck->bounce_numel = ck->shadow_numel;
@@ -102,15 +104,20 @@ static ddpc_status_t shadow_copy(ddpc_ckpt_t ck, int to_host)
     CK_CU(cudaSetDevice(ck->device), "checkpoint copy");
     size_t numel = 0;
     ddpc_ddp_params(ck->ddp, &numel);
-    for (int k = -1; k < ddpc_optim_num_states(ck->opt); k++) {
-        /* arena k (-1: the parameters) on the device, and its place in the shadow */
-        float *dev = k < 0 ? ddpc_ddp_params(ck->ddp, NULL) : ddpc_optim_state(ck->opt, k, NULL);
+    const int ns = ddpc_optim_num_states(ck->opt);
+    for (int k = -1; k <= ns; k++) {
+        /* arena k (-1: the parameters, ns: the buffers) on the device, and its place in the shadow */
+        size_t n = numel;
+        float *dev = k < 0 ? ddpc_ddp_params(ck->ddp, NULL)
+                     : k < ns ? ddpc_optim_state(ck->opt, k, NULL) : ddpc_ddp_buffers(ck->ddp, &n);
         float *host = ck->shadow + (size_t)(k + 1) * numel;
+        if (!n)
+            continue;
         if (to_host)
-            CK_CU(cudaMemcpyAsync(host, dev, numel * sizeof(float), cudaMemcpyDeviceToHost, s),
+            CK_CU(cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost, s),
                   "checkpoint snapshot");
         else
-            CK_CU(cudaMemcpyAsync(dev, host, numel * sizeof(float), cudaMemcpyHostToDevice, s),
+            CK_CU(cudaMemcpyAsync(dev, host, n * sizeof(float), cudaMemcpyHostToDevice, s),
                   "checkpoint restore");
     }
     CK_CU(cudaStreamSynchronize(s), to_host ? "checkpoint snapshot" : "checkpoint restore");
@@ -330,38 +337,55 @@ uint64_t ck_model_fingerprint(ddpc_ddp_t ddp)
         for (int k = 0; k < p.ndim; k++)
             h = fnv_u64(h, (uint64_t)p.shape[k]);
     }
+    /* then the buffers, the same way: a model without any keeps its fingerprint */
+    for (int i = 0; i < ddpc_ddp_num_buffers(ddp) && ddpc_ddp_buffer_info(ddp, i, &p) == DDPC_OK; i++) {
+        h = ck_fnv(h, "buffer", 7);
+        h = ck_fnv(h, p.name, strlen(p.name) + 1);
+        h = fnv_u64(h, (uint64_t)p.ndim);
+        for (int k = 0; k < p.ndim; k++)
+            h = fnv_u64(h, (uint64_t)p.shape[k]);
+    }
     return h;
+}
+
+/* Item k: tensor `info` of an arena (its host copy for a device engine). */
+static void set_item(ck_item_t *it, const char *group, const char *sub, const ddpc_param_info_t *p,
+                     float *arena, int run)
+{
+    snprintf(it->path, sizeof it->path, "/%s/%s%s%s", group, sub, *sub ? "/" : "", p->name);
+    it->ndim = p->ndim;
+    memcpy(it->shape, p->shape, sizeof it->shape);
+    it->numel = p->numel;
+    it->data = arena + p->offset;
+    it->run = run;
+    it->pos = p->offset;
 }
 
 ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *nparams)
 {
     int np = ddpc_ddp_num_params(ck->ddp), ns = ddpc_optim_num_states(ck->opt);
-    int n = np * (1 + ns) + ck->nuser;
+    int nb = ddpc_ddp_num_buffers(ck->ddp);
+    int n = np * (1 + ns) + nb + ck->nuser;
     ck_item_t *it = calloc(n ? (size_t)n : 1, sizeof *it);
     if (!it)
         return ck_err(ck, DDPC_ERR_NOMEM, "cannot allocate %d checkpoint entries", n);
     int k = 0;
-    size_t numel = 0; /* of every arena: the parameters' layout */
+    size_t numel = 0; /* of every arena but the buffers': the parameters' layout */
     ddpc_ddp_params(ck->ddp, &numel);
-    for (int s = -1; s < ns; s++) { /* s = -1: the parameters */
+    ddpc_param_info_t p;
+    for (int s = -1; s < ns; s++) { /* s = -1: the parameters, then the buffers */
         const char *sname = "";
         float *arena = s < 0 ? ddpc_ddp_params(ck->ddp, NULL) : ddpc_optim_state(ck->opt, s, &sname);
         if (ck->device != DDPC_DEVICE_HOST) /* its host copy, arena s + 1 of the shadow */
             arena = ck->shadow + (size_t)(s + 1) * numel;
-        for (int i = 0; i < np; i++, k++) {
-            ddpc_param_info_t p;
-            ddpc_ddp_param_info(ck->ddp, i, &p);
-            if (s < 0)
-                snprintf(it[k].path, sizeof it->path, "/model/%s", p.name);
-            else
-                snprintf(it[k].path, sizeof it->path, "/optim/%s/%s", sname, p.name);
-            it[k].ndim = p.ndim;
-            memcpy(it[k].shape, p.shape, sizeof it->shape);
-            it[k].numel = p.numel;
-            it[k].data = arena + p.offset;
-            it[k].run = s + 1;
-            it[k].pos = p.offset;
-        }
+        for (int i = 0; i < np && ddpc_ddp_param_info(ck->ddp, i, &p) == DDPC_OK; i++)
+            set_item(&it[k++], s < 0 ? "model" : "optim", sname, &p, arena, s + 1);
+        if (s >= 0)
+            continue;
+        float *bufs = ck->device != DDPC_DEVICE_HOST ? ck->shadow + (size_t)(1 + ns) * numel
+                                                     : ddpc_ddp_buffers(ck->ddp, NULL);
+        for (int i = 0; i < nb && ddpc_ddp_buffer_info(ck->ddp, i, &p) == DDPC_OK; i++)
+            set_item(&it[k++], "model", "", &p, bufs, -1);
     }
     for (int u = 0; u < ck->nuser; u++, k++) {
         snprintf(it[k].path, sizeof it->path, "/user/%s", ck->user[u].name);
@@ -373,7 +397,7 @@ ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *npar
     }
     *items = it;
     *nitems = n;
-    *nparams = np;
+    *nparams = np + nb; /* the /model tensors */
     return DDPC_OK;
 }
 
@@ -420,7 +444,7 @@ static ddpc_status_t snapshot(ddpc_ckpt_t ck, ck_job_t *j)
                           "asynchronous save (set DDPC_CKPT_ASYNC=0)", total * sizeof(float));
         ck->snap_numel = total;
     }
-    if (ck->device != DDPC_DEVICE_HOST && j->nitems == j->nparams * (1 + ddpc_optim_num_states(ck->opt)))
+    if (ck->device != DDPC_DEVICE_HOST && !ck->nuser)
         return DDPC_OK; /* the shadow is the snapshot: the next save joins this one first */
     float *p = ck->snap;
     for (int i = 0; i < j->nitems; i++) {

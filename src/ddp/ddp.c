@@ -70,13 +70,14 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     ddpc_t rt = d->rt;
     double first = (double)d->cfg.first_bucket_bytes / 1048576.0;
     double cap = (double)d->cfg.bucket_bytes / 1048576.0;
-    long unused = d->cfg.find_unused;
+    long unused = d->cfg.find_unused, bcast = d->cfg.broadcast_buffers != 0;
     int overlap = d->cfg.overlap == DDPC_OVERLAP_AUTO ? 2 : d->cfg.overlap != 0;
     int c = d->cfg.compress == DDPC_BF16 ? 1 : d->cfg.compress == DDPC_F16 ? 2 : 0;
     ddpc_status_t st;
     if ((st = ddpc_env_double(rt, "DDPC_FIRST_BUCKET_MB", 0, 1 << 20, &first)) ||
         (st = ddpc_env_double(rt, "DDPC_BUCKET_MB", 1.0 / 1024, 1 << 20, &cap)) ||
         (st = ddpc_env_long(rt, "DDPC_FIND_UNUSED", 0, 1, &unused)) ||
+        (st = ddpc_env_long(rt, "DDPC_BROADCAST_BUFFERS", 0, 1, &bcast)) ||
         (st = ddpc_env_choice(rt, "DDPC_OVERLAP", ov, &overlap)) ||
         (st = ddpc_env_long(rt, "DDPC_CHECK_PARAMS", 0, 1000000000L, &d->check_every)) ||
         (st = ddpc_env_choice(rt, "DDPC_COMPRESS", comp, &c))) {
@@ -86,6 +87,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     d->cfg.first_bucket_bytes = (size_t)(first * 1048576.0);
     d->cfg.bucket_bytes = (size_t)(cap * 1048576.0);
     d->cfg.find_unused = (int)unused;
+    d->cfg.broadcast_buffers = (int)bcast;
     d->cfg.overlap = overlap == 2 ? DDPC_OVERLAP_AUTO : overlap;
     d->cfg.compress = c == 1 ? DDPC_BF16 : c == 2 ? DDPC_F16 : DDPC_F32;
     return DDPC_OK;
@@ -205,6 +207,7 @@ void ddpc_ddp_destroy(ddpc_ddp_t d)
 #endif
         ddp_dev_free(d->param_arena);
         ddp_dev_free(d->grad_arena);
+        ddp_dev_free(d->buf_arena);
         ddp_dev_free(d->d_unready);
 #ifdef DDPC_HAVE_CUDA
         if (d->h_unready)
@@ -215,55 +218,82 @@ void ddpc_ddp_destroy(ddpc_ddp_t d)
     } else {
         free(d->param_arena);
         free(d->grad_arena);
+        free(d->buf_arena);
     }
     free(d->buckets);
     free(d->params);
+    free(d->bufs);
     free(d);
 }
 
-ddpc_status_t ddpc_ddp_add_param(ddpc_ddp_t d, const char *name, int ndim, const int64_t *shape,
-                                 int *index)
+/* A parameter or a buffer (kind) appended to its list; names are unique
+ * across both lists (they are a state_dict's keys). */
+static ddpc_status_t add_entry(ddpc_ddp_t d, int buffer, const char *name, int ndim,
+                               const int64_t *shape, int *index)
 {
+    const char *kind = buffer ? "buffer" : "parameter";
     if (!d)
         return DDPC_ERR_INVALID;
     if (d->built)
-        return ddp_err(d, DDPC_ERR_STATE, "add_param(\"%s\") after ddpc_ddp_build", name ? name : "");
+        return ddp_err(d, DDPC_ERR_STATE, "add_%s(\"%s\") after ddpc_ddp_build", buffer ? "buffer" : "param",
+                       name ? name : "");
     if (!name || !*name || strlen(name) >= DDP_NAME_MAX)
-        return ddp_err(d, DDPC_ERR_INVALID, "parameter name must be 1..%d bytes", DDP_NAME_MAX - 1);
+        return ddp_err(d, DDPC_ERR_INVALID, "%s name must be 1..%d bytes", kind, DDP_NAME_MAX - 1);
     if (ndim < 0 || ndim > DDP_MAX_DIMS || (ndim && !shape))
-        return ddp_err(d, DDPC_ERR_INVALID, "parameter \"%s\": ndim %d, expected 0..%d with a shape",
-                       name, ndim, DDP_MAX_DIMS);
+        return ddp_err(d, DDPC_ERR_INVALID, "%s \"%s\": ndim %d, expected 0..%d with a shape",
+                       kind, name, ndim, DDP_MAX_DIMS);
     for (int i = 0; i < d->nparams; i++)
         if (!strcmp(d->params[i].name, name))
-            return ddp_err(d, DDPC_ERR_INVALID, "parameter \"%s\" registered twice (index %d)", name, i);
+            return ddp_err(d, DDPC_ERR_INVALID, "%s \"%s\": a parameter has that name (index %d)",
+                           kind, name, i);
+    for (int i = 0; i < d->nbufs; i++)
+        if (!strcmp(d->bufs[i].name, name))
+            return ddp_err(d, DDPC_ERR_INVALID, "%s \"%s\": a buffer has that name (index %d)",
+                           kind, name, i);
     size_t numel = 1;
     for (int k = 0; k < ndim; k++) {
         if (shape[k] < 0 || (shape[k] && numel > SIZE_MAX / 8 / (size_t)shape[k]))
-            return ddp_err(d, DDPC_ERR_INVALID, "parameter \"%s\": extent %d is %lld", name, k,
+            return ddp_err(d, DDPC_ERR_INVALID, "%s \"%s\": extent %d is %lld", kind, name, k,
                            (long long)shape[k]);
         numel *= (size_t)shape[k];
     }
-    if (d->nparams == d->cap) {
-        int cap = d->cap ? 2 * d->cap : 16;
-        ddp_param_t *p = realloc(d->params, (size_t)cap * sizeof *p);
+    ddp_param_t **list = buffer ? &d->bufs : &d->params;
+    int *n = buffer ? &d->nbufs : &d->nparams, *cap = buffer ? &d->bufcap : &d->cap;
+    size_t *total = buffer ? &d->buf_numel : &d->numel;
+    if (*n == *cap) {
+        int c = *cap ? 2 * *cap : 16;
+        ddp_param_t *p = realloc(*list, (size_t)c * sizeof *p);
         if (!p)
-            return ddp_err(d, DDPC_ERR_NOMEM, "cannot register %d parameters", cap);
-        d->params = p;
-        d->cap = cap;
+            return ddp_err(d, DDPC_ERR_NOMEM, "cannot register %d %ss", c, kind);
+        *list = p;
+        *cap = c;
     }
-    ddp_param_t *p = &d->params[d->nparams];
+    ddp_param_t *p = &(*list)[*n];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = ndim;
     for (int k = 0; k < ndim; k++)
         p->shape[k] = shape[k];
     p->numel = numel;
-    p->offset = d->numel;
-    d->numel += numel;
+    p->offset = *total;
+    p->bucket = -1;
+    *total += numel;
     if (index)
-        *index = d->nparams;
-    d->nparams++;
+        *index = *n;
+    (*n)++;
     return DDPC_OK;
+}
+
+ddpc_status_t ddpc_ddp_add_param(ddpc_ddp_t d, const char *name, int ndim, const int64_t *shape,
+                                 int *index)
+{
+    return add_entry(d, 0, name, ndim, shape, index);
+}
+
+ddpc_status_t ddpc_ddp_add_buffer(ddpc_ddp_t d, const char *name, int ndim, const int64_t *shape,
+                                  int *index)
+{
+    return add_entry(d, 1, name, ndim, shape, index);
 }
 
 /* What ranks compare at build: name, dtype, shape of each parameter. */
@@ -290,15 +320,16 @@ static void shape_str(const ddp_desc_t *d, char *s, size_t n)
         snprintf(s + k, n - (size_t)k, "]");
 }
 
-/* Collective: every rank compares its registry with rank 0's; the first
- * difference on any rank fails every rank with the same story. */
-static ddpc_status_t verify_across_ranks(ddpc_ddp_t d)
+/* Collective: every rank compares its list (the parameters, then the
+ * buffers: kind) with rank 0's; the first difference on any rank fails
+ * every rank with the same story. */
+static ddpc_status_t verify_list(ddpc_ddp_t d, const ddp_param_t *list, int count, const char *kind)
 {
-    int64_t n0 = d->nparams;
+    int64_t n0 = count;
     ddpc_status_t st = ddpc_comm_host_bcast(d->comm, &n0, sizeof n0, 0);
     if (st)
         return ddp_err(d, st, "model check: %s", ddpc_last_error(d->rt));
-    size_t n = (size_t)(n0 < d->nparams ? n0 : d->nparams);
+    size_t n = (size_t)(n0 < count ? n0 : count);
     /* rank 0's descriptors of the common prefix (a count mismatch is still
      * named by its first extra parameter) */
     size_t nb = (size_t)(n0 > 0 ? n0 : 1);
@@ -306,8 +337,8 @@ static ddpc_status_t verify_across_ranks(ddpc_ddp_t d)
     if (!ref)
         return ddp_err(d, DDPC_ERR_NOMEM, "model check: cannot allocate %zu descriptors", nb);
     if (d->rank == 0)
-        for (int i = 0; i < d->nparams; i++)
-            describe(&d->params[i], &ref[i]);
+        for (int i = 0; i < count; i++)
+            describe(&list[i], &ref[i]);
     st = ddpc_comm_host_bcast(d->comm, ref, (size_t)n0 * sizeof *ref, 0);
     if (st) {
         free(ref);
@@ -317,11 +348,11 @@ static ddpc_status_t verify_across_ranks(ddpc_ddp_t d)
     int64_t mine = INT64_MAX;
     for (size_t i = 0; i < n && mine == INT64_MAX; i++) {
         ddp_desc_t me;
-        describe(&d->params[i], &me);
+        describe(&list[i], &me);
         if (memcmp(&me, &ref[i], sizeof me))
             mine = (int64_t)i;
     }
-    if (mine == INT64_MAX && n0 != d->nparams)
+    if (mine == INT64_MAX && n0 != count)
         mine = (int64_t)n;
     int64_t *firsts = malloc((size_t)d->size * sizeof *firsts);
     if (!firsts) {
@@ -349,24 +380,30 @@ static ddpc_status_t verify_across_ranks(ddpc_ddp_t d)
         shape_str(&ref[i], theirs, sizeof theirs);
     if (bad == d->rank) {
         ddp_desc_t me;
-        if (i < d->nparams) {
-            describe(&d->params[i], &me);
+        if (i < count) {
+            describe(&list[i], &me);
             shape_str(&me, ours, sizeof ours);
         }
         st = ddp_err(d, DDPC_ERR_MISMATCH,
-                     "ranks registered different models: parameter %lld is \"%s\" %s on this rank "
-                     "(%d) but \"%s\" %s on rank 0 (%d parameters here, %lld on rank 0)",
-                     (long long)i, i < d->nparams ? d->params[i].name : "(none)", ours, d->rank,
-                     i < n0 ? ref[i].name : "(none)", theirs, d->nparams, (long long)n0);
+                     "ranks registered different models: %s %lld is \"%s\" %s on this rank "
+                     "(%d) but \"%s\" %s on rank 0 (%d %ss here, %lld on rank 0)",
+                     kind, (long long)i, i < count ? list[i].name : "(none)", ours, d->rank,
+                     i < n0 ? ref[i].name : "(none)", theirs, count, kind, (long long)n0);
     } else {
         st = ddp_err(d, DDPC_ERR_MISMATCH,
                      "ranks registered different models: rank %d differs from rank 0 first at "
-                     "parameter %lld (\"%s\" %s on rank 0); see rank %d's message",
-                     bad, (long long)i, i < n0 ? ref[i].name : "(none)", theirs, bad);
+                     "%s %lld (\"%s\" %s on rank 0); see rank %d's message",
+                     bad, kind, (long long)i, i < n0 ? ref[i].name : "(none)", theirs, bad);
     }
     free(ref);
     free(firsts);
     return st;
+}
+
+static ddpc_status_t verify_across_ranks(ddpc_ddp_t d)
+{
+    ddpc_status_t st = verify_list(d, d->params, d->nparams, "parameter");
+    return st ? st : verify_list(d, d->bufs, d->nbufs, "buffer");
 }
 
 ddpc_status_t ddp_plan_buckets(ddpc_ddp_t d)
@@ -420,12 +457,14 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
         return st;
     size_t bytes = (d->numel ? d->numel : 1) * sizeof(float);
     bytes = (bytes + 63) / 64 * 64;
+    size_t bbytes = ((d->buf_numel ? d->buf_numel : 1) * sizeof(float) + 63) / 64 * 64;
     const int dev = d->device != DDPC_DEVICE_HOST;
     if (dev) {
         /* everything a step touches, now: NCCL kernels spin while waiting
          * for peers, and a cudaMalloc inside a step could deadlock them */
         if ((st = ddp_dev_alloc(d, (void **)&d->param_arena, bytes, "the parameter arena")) ||
             (st = ddp_dev_alloc(d, (void **)&d->grad_arena, bytes, "the gradient arena")) ||
+            (st = ddp_dev_alloc(d, (void **)&d->buf_arena, bbytes, "the buffer arena")) ||
             (st = ddp_dev_alloc(d, (void **)&d->d_unready, sizeof(int32_t), "a counter")))
             return st;
 #ifdef DDPC_HAVE_CUDA
@@ -440,10 +479,13 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
     } else {
         d->param_arena = aligned_alloc(64, bytes);
         d->grad_arena = aligned_alloc(64, bytes);
-        if (!d->param_arena || !d->grad_arena)
-            return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate 2 arenas of %zu bytes", bytes);
+        d->buf_arena = aligned_alloc(64, bbytes);
+        if (!d->param_arena || !d->grad_arena || !d->buf_arena)
+            return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate 2 arenas of %zu bytes and one of %zu",
+                           bytes, bbytes);
         memset(d->param_arena, 0, bytes);
         memset(d->grad_arena, 0, bytes);
+        memset(d->buf_arena, 0, bbytes);
     }
     if ((st = ddp_plan_buckets(d)) != DDPC_OK)
         return st;
@@ -464,9 +506,12 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
     char where[32] = "the host";
     if (dev)
         snprintf(where, sizeof where, "GPU %d", d->device);
-    ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s, arenas on %s",
+    char bufs[64] = "";
+    if (d->nbufs)
+        snprintf(bufs, sizeof bufs, ", %d buffers (%zu elements)", d->nbufs, d->buf_numel);
+    ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s%s, arenas on %s",
              d->nparams, d->numel, d->nbuckets, d->cfg.first_bucket_bytes, d->cfg.bucket_bytes,
-             d->cfg.compress != DDPC_F32 ? ", compressed" : "", where);
+             d->cfg.compress != DDPC_F32 ? ", compressed" : "", bufs, where);
     return DDPC_OK;
 }
 
@@ -475,7 +520,34 @@ ddpc_status_t ddpc_ddp_broadcast_params(ddpc_ddp_t d)
     if (!d || !d->built)
         return d ? ddp_err(d, DDPC_ERR_STATE, "broadcast_params before build") : DDPC_ERR_INVALID;
     ddpc_status_t st = ddpc_broadcast(d->comm, d->param_arena, d->numel, DDPC_F32, 0);
-    return st ? ddp_err(d, st, "initial broadcast: %s", ddpc_last_error(d->rt)) : DDPC_OK;
+    if (st)
+        return ddp_err(d, st, "initial broadcast: %s", ddpc_last_error(d->rt));
+    return d->nbufs ? ddpc_ddp_broadcast_buffers(d) : DDPC_OK;
+}
+
+ddpc_status_t ddpc_ddp_broadcast_buffers(ddpc_ddp_t d)
+{
+    if (!d || !d->built)
+        return d ? ddp_err(d, DDPC_ERR_STATE, "broadcast_buffers before build") : DDPC_ERR_INVALID;
+    if (!d->buf_numel || d->size == 1)
+        return DDPC_OK;
+    ddpc_comm_tag_next(d->comm, "ddp buffers");
+    ddpc_status_t st = ddpc_broadcast(d->comm, d->buf_arena, d->buf_numel, DDPC_F32, 0);
+    return st ? ddp_err(d, st, "broadcast of the %d buffers (%zu floats): %s", d->nbufs,
+                        d->buf_numel, ddpc_last_error(d->rt))
+              : DDPC_OK;
+}
+
+static void info_of(const ddp_param_t *p, int bucket, ddpc_param_info_t *info)
+{
+    memset(info, 0, sizeof *info);
+    info->name = p->name;
+    info->ndim = p->ndim;
+    memcpy(info->shape, p->shape, sizeof info->shape);
+    info->numel = p->numel;
+    info->offset = p->offset;
+    info->dtype = DDPC_F32;
+    info->bucket = bucket;
 }
 
 int ddpc_ddp_num_params(ddpc_ddp_t d) { return d ? d->nparams : 0; }
@@ -485,15 +557,7 @@ ddpc_status_t ddpc_ddp_param_info(ddpc_ddp_t d, int i, ddpc_param_info_t *info)
     if (!d || !info || i < 0 || i >= d->nparams)
         return d ? ddp_err(d, DDPC_ERR_INVALID, "no parameter %d (have %d)", i, d->nparams)
                  : DDPC_ERR_INVALID;
-    const ddp_param_t *p = &d->params[i];
-    memset(info, 0, sizeof *info);
-    info->name = p->name;
-    info->ndim = p->ndim;
-    memcpy(info->shape, p->shape, sizeof info->shape);
-    info->numel = p->numel;
-    info->offset = p->offset;
-    info->dtype = DDPC_F32;
-    info->bucket = d->built ? p->bucket : -1;
+    info_of(&d->params[i], d->built ? d->params[i].bucket : -1, info);
     return DDPC_OK;
 }
 
@@ -527,6 +591,37 @@ float *ddpc_ddp_grads(ddpc_ddp_t d, size_t *numel)
     if (numel)
         *numel = d ? d->numel : 0;
     return d && d->built ? d->grad_arena : NULL;
+}
+
+int ddpc_ddp_num_buffers(ddpc_ddp_t d) { return d ? d->nbufs : 0; }
+
+ddpc_status_t ddpc_ddp_buffer_info(ddpc_ddp_t d, int i, ddpc_param_info_t *info)
+{
+    if (!d || !info || i < 0 || i >= d->nbufs)
+        return d ? ddp_err(d, DDPC_ERR_INVALID, "no buffer %d (have %d)", i, d->nbufs)
+                 : DDPC_ERR_INVALID;
+    info_of(&d->bufs[i], -1, info);
+    return DDPC_OK;
+}
+
+int ddpc_ddp_find_buffer(ddpc_ddp_t d, const char *name)
+{
+    for (int i = 0; d && name && i < d->nbufs; i++)
+        if (!strcmp(d->bufs[i].name, name))
+            return i;
+    return -1;
+}
+
+float *ddpc_ddp_buffer(ddpc_ddp_t d, int i)
+{
+    return d && d->built && i >= 0 && i < d->nbufs ? d->buf_arena + d->bufs[i].offset : NULL;
+}
+
+float *ddpc_ddp_buffers(ddpc_ddp_t d, size_t *numel)
+{
+    if (numel)
+        *numel = d ? d->buf_numel : 0;
+    return d && d->built ? d->buf_arena : NULL;
 }
 
 int ddpc_ddp_num_buckets(ddpc_ddp_t d) { return d && d->built ? d->nbuckets : 0; }

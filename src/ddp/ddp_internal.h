@@ -48,6 +48,11 @@ struct ddpc_ddp {
     float *param_arena;   /* (numel,) */
     float *grad_arena;    /* (numel,) */
 
+    ddp_param_t *bufs;    /* buffers: state without gradients (bucket, ready unused) */
+    int nbufs, bufcap;
+    size_t buf_numel;     /* elements of the buffer arena */
+    float *buf_arena;     /* (buf_numel,), the device's for a device engine */
+
     ddp_bucket_t *buckets;
     int nbuckets;
     int next_launch;      /* buckets [0, next_launch) are launched this step */

@@ -337,6 +337,9 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
                            "parameters may go unused", (long long)worst);
     }
     reset_step(d);
+    /* rank 0's buffers everywhere before the next forward (broadcast_buffers) */
+    if (st == DDPC_OK && d->cfg.broadcast_buffers && d->nbufs)
+        st = ddpc_ddp_broadcast_buffers(d);
     return st;
 }
 
