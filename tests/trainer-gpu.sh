@@ -9,8 +9,9 @@
 #  - --cuda-graph on (nccl: a GPU per rank): bitwise the eager run's result;
 #  - --grad-accum 2 at half the batch: the same training up to rounding;
 #  - stopped at step S and resumed: bitwise the uninterrupted run;
-#  - --batchnorm and --sync-bn: each ends where the CPU trainer's ends; a
-#    --batchnorm run stopped and resumed is bitwise the uninterrupted one;
+#  - --batchnorm and --sync-bn: each ends where the CPU trainer's ends;
+#    --sync-bn with --cuda-graph on bitwise its eager run; a --batchnorm run
+#    stopped and resumed is bitwise the uninterrupted one;
 #  - a device checkpoint resumed by the CPU trainer, and a CPU checkpoint by
 #    the CUDA trainer: each ends where the uninterrupted run of the other
 #    kind ends (within tolerance), which needs the optimizer state to travel;
@@ -113,6 +114,13 @@ close bn bncpu 0.01 0.01
 run sbcpu --device cpu --hidden 64,32 --batchnorm --sync-bn --max-steps "$STEPS" --ckpt-dir none
 run sb --device cuda --hidden 64,32 --batchnorm --sync-bn --max-steps "$STEPS" --ckpt-dir none
 close sb sbcpu 0.01 0.01
+run sbgraphs --device cuda --hidden 64,32 --batchnorm --sync-bn --max-steps "$STEPS" --ckpt-dir none \
+    --cuda-graph on
+if grep -q 'without CUDA graphs' "$TMP/sbgraphs.log"; then
+    echo "sbgraphs: not captured here: $(grep -m1 'without CUDA graphs' "$TMP/sbgraphs.log")"
+else
+    same_crc sbgraphs sb # the statistics' all-gather and the backward's all-reduce captured too
+fi
 run bnfirst --device cuda --hidden 64,32 --batchnorm --max-steps "$HALF" --ckpt-dir "$TMP/bn2"
 run bnresumed --device cuda --hidden 64,32 --batchnorm --max-steps "$STEPS" --ckpt-dir "$TMP/bn2"
 same_crc bnresumed bn
