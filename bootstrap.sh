@@ -10,6 +10,7 @@ mode=${1:-all}
 PKGS="build-essential autoconf automake libtool pkg-config mpich libmpich-dev
  libhdf5-dev hdf5-tools libpmix-dev check zlib1g-dev libblis-dev libopenblas-dev
  slurm-wlm munge iproute2 dataset-fashion-mnist python3 python3-h5py python3-numpy
+ python3-matplotlib
  lmod groff-base man-db tcl"
 missing=""
 for p in $PKGS; do

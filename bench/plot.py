@@ -355,6 +355,10 @@ def main():
         say("pipelines, samples/s over data parallel on the same 2 ranks (bench/pipe_bench.py, "
             "the table with bubbles in pipe_bench.txt): " + " ".join(
                 f"{k}={v}" for k, v in pp.items() if v != ""))
+    tl = kv_line(os.path.join(out, "timeline_bench.txt"), "timeline_summary")
+    if tl:
+        say("DDPC_TIMELINE's cost, samples/s on over off (bench/timeline_bench.py; the picture in "
+            "timeline.png): " + " ".join(f"{k}={v}" for k, v in tl.items()))
     if a.wall_s is not None:
         say(f"(the whole bench took {a.wall_s / 60:.1f} min; raw runs in {out}/runs, "
             f"json {out}/bench.json)")

@@ -21,6 +21,9 @@
 #          1f1b at 2, 4, 8 micro-batches) against pure data parallel on the
 #          same 2 ranks and the linear-scaling bound, with the measured bubble
 #          beside the theory (its own knobs: PIPE_REPEATS, PIPE_STEPS, PIPE_MS)
+#   timeline bench/timeline_bench.py: the trainer with DDPC_TIMELINE off and
+#          on, interleaved (the recorder's cost as a ratio), and the picture
+#          BENCH_OUT/timeline.png (TL_REPEATS, TL_STEPS)
 # then bench/plot.py: a markdown table on stdout, BENCH_OUT/bench.json (all
 # raw runs and the summary) and PNG plots. Timings never decide the exit
 # status; a run that fails does (exit 1), and so does a failed same-job check.
@@ -58,7 +61,7 @@ case $builddir in /*) ;; *) builddir=$(cd "$builddir" && pwd) ;; esac
 
 QUICK=${QUICK:-0}
 q() { [ "$QUICK" = 1 ] && echo "$1" || echo "$2"; }
-BENCH_PARTS=${BENCH_PARTS:-gemm train ckpt ddp pipe}
+BENCH_PARTS=${BENCH_PARTS:-gemm train ckpt ddp pipe timeline}
 REPEATS=${REPEATS:-$(q 1 5)}
 MODELS=${MODELS:-linear mlp}
 RANKS=${RANKS:-1 2}
@@ -145,6 +148,9 @@ if has ddp; then # ddp_bench.sh: 5 local runs per round, the testbed's 2 + 2 per
 fi
 if has pipe; then # pipe_bench.py: 2 + 2 x |MS| runs per repeat, ~5 s each at 40 steps
     total=$((total + 5 * ${PIPE_REPEATS:-$(q 1 3)} * (2 + 2 * $(echo ${PIPE_MS:-$(q 4 "2 4 8")} | wc -w))))
+fi
+if has timeline; then # timeline_bench.py: 2 runs per repeat, ~10 s each at 200 steps
+    total=$((total + 20 * ${TL_REPEATS:-$(q 2 5)}))
 fi
 say "parts: $BENCH_PARTS; repeats $REPEATS of models ($MODELS) x ranks ($RANKS) x ($IMPLS)$([ "$MAX_STEPS" -gt 0 ] && echo ", $MAX_STEPS steps each" || echo ", one epoch each")"
 say "expected time: about $(( (total + 59) / 60 )) min on an idle machine (waits for quiet: up to ${QUIET_WAIT}s more per run); output in $BENCH_OUT"
@@ -338,6 +344,20 @@ if has pipe; then
     printf 'pipe\tpipe.1\tpipe\tpipe_bench\t2\t1\t0\t-\t-\t%s\t%s\tpipe_bench.txt\n' "$rc" \
         "$((SECONDS - t0))" >> "$INDEX"
     [ "$rc" -eq 0 ] || { say "pipe_bench.py failed (exit $rc)"; failed=1; }
+fi
+
+# ---------------------------------------------------------------- timeline
+if has timeline; then
+    say "timeline: bench/timeline_bench.py (in $BENCH_OUT/timeline_bench.txt, $BENCH_OUT/timeline.png)"
+    t0=$SECONDS
+    NP=2 REPEATS=${TL_REPEATS:-$(q 2 5)} STEPS=${TL_STEPS:-$(q 60 200)} TRAINER=$TRAINER DATA=$DATA \
+        MPIEXEC=$MPIEXEC MPIEXEC_FLAGS="$MPIEXEC_FLAGS $MPIEXEC_BIND" BENCH_OUT=$BENCH_OUT \
+        RUN_TIMEOUT=$RUN_TIMEOUT TOOL="$srcdir/src/tools/ddpc-timeline" \
+        "$PYTHON" "$srcdir/bench/timeline_bench.py"
+    rc=$?
+    printf 'timeline\ttimeline.1\ttimeline\ttimeline_bench\t2\t1\t0\t-\t-\t%s\t%s\ttimeline_bench.txt\n' \
+        "$rc" "$((SECONDS - t0))" >> "$INDEX"
+    [ "$rc" -eq 0 ] || { say "timeline_bench.py failed (exit $rc)"; failed=1; }
 fi
 
 # ---------------------------------------------------------------- report

@@ -446,9 +446,13 @@ static size_t step(trainer_t *t, int k, stats_t *st)
             s = ddpc_ddp_zero_grad(t->ddp);
         if (s != DDPC_OK)
             tr_fatal(t, "ddp", ddpc_ddp_last_error(t->ddp));
+        ddpc_timeline_begin("forward"); /* DDPC_TIMELINE: the model's phases */
         if (t->ops->forward(t->model))
             tr_model_fatal(t, "forward");
+        ddpc_timeline_end();
+        ddpc_timeline_begin("backward");
         int brc = t->ops->backward(t->model, 1.0 / k, grad_ready, t->ddp);
+        ddpc_timeline_end();
         if (brc < 0)
             tr_model_fatal(t, "backward");
         if (brc || ddpc_ddp_wait(t->ddp) != DDPC_OK)
@@ -820,7 +824,9 @@ int main(int argc, char **argv)
         if (how != RUN_EPOCH_DONE)
             break;
         double secs = tr_now() - t0;
+        ddpc_timeline_begin("evaluation");
         evaluate(t);
+        ddpc_timeline_end();
         tr_say(t, "epoch %llu/%d done: test_acc=%.4f test_loss=%.4f time=%.1fs samples_per_s=%.0f\n",
                (unsigned long long)t->epoch + 1, o->epochs, t->test_acc, t->test_loss, secs,
                secs > 0 ? (t->samples_run - s0) / secs : 0);
@@ -863,8 +869,11 @@ int main(int argc, char **argv)
     }
     if (tr_save_checkpoint(t, "end", 1))
         goto out;
-    if (t->eval_step != t->step)
+    if (t->eval_step != t->step) {
+        ddpc_timeline_begin("evaluation");
         evaluate(t);
+        ddpc_timeline_end();
+    }
 
     uint32_t crc = t->pipelined ? tr_pipe_params_crc32(t) : params_crc32(t);
     if (t->S > 1)

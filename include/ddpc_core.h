@@ -168,6 +168,25 @@ DDPC_API ddpc_status_t ddpc_kvs_bcast(ddpc_t rt, void *buf, size_t len, int root
  * even when MPI is broken by a wrong launch. */
 DDPC_API ddpc_status_t ddpc_kvs_allgather(ddpc_t rt, const void *mine, void *all, size_t len);
 
+/* ------------------------------------------------------------------ timeline */
+/* A timeline of every rank's steps (doc/timeline.md), in Chrome Trace Event
+ * Format: ddpc's own phases (the loader's wait, grad_ready, each bucket's
+ * issue and all-reduce, wait, the optimizer step, checkpoints) and the
+ * program's spans. DDPC_TIMELINE=DIR makes ddpc_init start it and
+ * ddpc_finalize write it. start: collective over the world (the clock
+ * offsets to rank 0 go through the key exchange); allocates a ring of
+ * DDPC_TIMELINE_EVENTS events (default 131072; the oldest are overwritten).
+ * stop: not collective; writes DIR/timeline-rank<r>.json, times in
+ * microseconds of rank 0's clock, and frees the ring. Nothing is recorded
+ * while stopped. */
+DDPC_API ddpc_status_t ddpc_timeline_start(ddpc_t rt, const char *dir);
+DDPC_API ddpc_status_t ddpc_timeline_stop(ddpc_t rt);
+/* The program's own span on this thread's track (like an NVTX range):
+ * begin opens it, end closes the innermost open one; they nest, up to 16
+ * deep. name: at most 31 bytes are kept. No-ops while no timeline records. */
+DDPC_API void ddpc_timeline_begin(const char *name);
+DDPC_API void ddpc_timeline_end(void);
+
 #ifdef __cplusplus
 }
 #endif

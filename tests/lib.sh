@@ -38,6 +38,27 @@ mpirun_t() {
         $MPIEXEC $MPIEXEC_FLAGS -n "$np" ${DDPC_TEST_WRAP:-} "$@"
 }
 
+# wait_for PATTERN FILE SECONDS JOB OUT WHAT: poll FILE every 0.1 s until a
+# line matches PATTERN (grep -E); after SECONDS, kill JOB, show OUT (may be
+# "") and fail saying WHAT.
+wait_for() {
+    local pat=$1 file=$2 n=$(($3 * 10)) job=$4 out=$5 what=$6 i=0
+    until grep -Eq -- "$pat" "$file" 2>/dev/null; do
+        sleep 0.1; i=$((i + 1))
+        [ $i -lt $n ] || { kill "$job" 2>/dev/null; [ -z "$out" ] || cat "$out"; fail "$what"; }
+    done
+}
+
+# descendants PID: every process below PID; rank_pid LAUNCHER RANK: the one
+# of them whose environment gives it that rank (MPICH's or Open MPI's name)
+descendants() { for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
+rank_pid() {
+    for p in $(descendants "$1"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
+            grep -Eq "^(PMI_RANK|OMPI_COMM_WORLD_RANK)=$2\$" && { echo "$p"; return; }
+    done
+}
+
 # expect_fail_msg "PATTERN" CMD...: CMD must exit non-zero (not by timeout)
 # and print PATTERN (grep -E) on stdout or stderr.
 expect_fail_msg() {

@@ -25,11 +25,7 @@ steps_of() { sed -n 's/^trainer: stop signal: stopping at step \([0-9]*\) .*/\1/
 DDPC_TRAINER_TEST_STEP_SLEEP=0.02 mpirun_t 2 "$TRAINER" $COMMON --max-steps 3000 --ckpt-every 40 \
     --ckpt-dir "$CK" --metrics "$TMP/a.jsonl" >"$TMP/a" 2>&1 &
 a=$!
-n=0
-until grep -q '"event":"checkpoint","step":40,' "$TMP/a.jsonl" 2>/dev/null; do
-    sleep 0.05; n=$((n + 1))
-    [ $n -lt 1200 ] || { kill $a; cat "$TMP/a"; fail "run A never saved step 40"; }
-done
+wait_for '"event":"checkpoint","step":40,' "$TMP/a.jsonl" 60 $a "$TMP/a" "run A never saved step 40"
 holder=$(sed -n 's/^pid=//p' "$CK/ddpc.lock")
 host=$(sed -n 's/^host=//p' "$CK/ddpc.lock")
 [ -n "$holder" ] && [ -n "$host" ] || { cat "$CK/ddpc.lock"; fail "the lock file names no host and pid"; }
@@ -80,10 +76,7 @@ echo "ok: the next run resumed from step $stopped and removed the marker"
 DDPC_TRAINER_TEST_STEP_SLEEP=0.02 mpirun_t 2 "$TRAINER" $COMMON --max-steps 3000 --ckpt-dir "$CK" \
     --metrics "$TMP/k.jsonl" >"$TMP/k" 2>&1 &
 k=$!
-n=0
-until grep -q '"event":"log"' "$TMP/k.jsonl" 2>/dev/null; do
-    sleep 0.05; n=$((n + 1)); [ $n -lt 1200 ] || { kill $k; fail "the run to kill never logged"; }
-done
+wait_for '"event":"log"' "$TMP/k.jsonl" 60 $k "" "the run to kill never logged"
 dead=$(sed -n 's/^pid=//p' "$CK/ddpc.lock")
 kill -KILL "$dead"
 wait $k

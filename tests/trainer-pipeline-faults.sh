@@ -18,14 +18,6 @@ need_fmnist
 COMMON="--data $DATA --device cpu --hidden 32,16 --threads 1 --epochs 50 --batch-size 16 --micro-batches 2
  --pipeline-stages 2 --log-every 5"
 
-descendants() { for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
-# rank_pid LAUNCHER RANK: the process of that rank among the launcher's descendants
-rank_pid() {
-    for p in $(descendants "$1"); do
-        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
-            grep -Eq "^(PMI_RANK|OMPI_COMM_WORLD_RANK)=$2\$" && { echo "$p"; return; }
-    done
-}
 # start NAME: the 4-rank pipeline in the background ($job), until step 10
 start() {
     rm -f "$TMP/$1.jsonl"
@@ -34,11 +26,7 @@ start() {
      mpirun_t 4 "$TRAINER" $COMMON --metrics "$TMP/$1.jsonl" --ckpt-dir "$TMP/ck-$1" \
          --ckpt-every 5 >"$TMP/$1" 2>&1) &
     job=$!
-    i=0
-    until grep -q '"step":10,' "$TMP/$1.jsonl" 2>/dev/null; do
-        sleep 0.1; i=$((i + 1))
-        [ $i -lt 600 ] || { kill $job; cat "$TMP/$1"; fail "$1: no progress"; }
-    done
+    wait_for '"step":10,' "$TMP/$1.jsonl" 60 $job "$TMP/$1" "$1: no progress"
     victim=$(rank_pid $job 1)
     [ -n "$victim" ] || { kill $job; fail "$1: cannot find rank 1"; }
 }

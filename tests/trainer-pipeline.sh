@@ -142,15 +142,8 @@ resumed "3 stages gpipe -> 2 stages 1f1b" 3 --batch-size 32 --micro-batches 4 --
      --batch-size 16 --micro-batches 2 --pipeline-stages 2 --metrics "$TMP/s.jsonl" \
      --ckpt-dir "$TMP/stop" >"$TMP/s" 2>&1) &
 mpx=$!
-i=0
-until grep -q '"step":10,' "$TMP/s.jsonl" 2>/dev/null; do
-    sleep 0.1; i=$((i + 1)); [ $i -lt 600 ] || { kill $mpx; cat "$TMP/s"; fail "no progress"; }
-done
-descendants() { for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
-r3=""
-for p in $(descendants $mpx); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -Eq '^(PMI_RANK|OMPI_COMM_WORLD_RANK)=3$' && r3=$p
-done
+wait_for '"step":10,' "$TMP/s.jsonl" 60 $mpx "$TMP/s" "no progress"
+r3=$(rank_pid $mpx 3)
 [ -n "$r3" ] || { kill $mpx; fail "cannot find rank 3"; }
 kill -USR1 "$r3"
 wait $mpx; rc=$?

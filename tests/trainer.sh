@@ -74,17 +74,9 @@ CK="$TMP/ck"
  mpirun_t 2 "$TRAINER" $COMMON --max-steps 300 --ckpt-dir "$CK" --log-every 10 \
      --metrics "$TMP/p.jsonl" >"$TMP/p1" 2>&1) &
 mpx=$!
-i=0 # wait for step 30, then signal rank 1
-until grep -q '"step":30,' "$TMP/p.jsonl" 2>/dev/null; do
-    sleep 0.1; i=$((i + 1)); [ $i -lt 600 ] || { kill $mpx; cat "$TMP/p1"; fail "no progress"; }
-done
-# rank 1: the descendant of this launch whose environment says PMI_RANK=1
-descendants() { for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
-r1=""
-for p in $(descendants $mpx); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^PMI_RANK=1$' && r1=$p
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$' && r1=$p
-done
+# wait for step 30, then signal rank 1
+wait_for '"step":30,' "$TMP/p.jsonl" 60 $mpx "$TMP/p1" "no progress"
+r1=$(rank_pid $mpx 1)
 [ -n "$r1" ] || { kill $mpx; fail "cannot find rank 1 among $(descendants $mpx)"; }
 kill -USR1 "$r1"
 wait $mpx; rc=$?
@@ -112,11 +104,7 @@ grep -q 'use the same --model/--hidden/--optimizer, another --ckpt-dir, or --res
 # rank prefix
 DDPC_TIMEOUT=3 mpirun_t 2 "$TRAINER" $COMMON --epochs 50 --ckpt-dir none --seed 4711 >"$TMP/frozen" 2>&1 &
 job=$!
-i=0
-until grep -q '^epoch 1/50 step' "$TMP/frozen"; do
-    i=$((i + 1)); [ $i -lt 300 ] || { cat "$TMP/frozen"; fail "frozen-rank run never started"; }
-    sleep 0.1
-done
+wait_for '^epoch 1/50 step' "$TMP/frozen" 30 $job "$TMP/frozen" "frozen-rank run never started"
 victim=$(pgrep -n -f "trainer .*seed 4711") # the newest process of the run: a rank
 [ -n "$victim" ] || { cat "$TMP/frozen"; fail "no rank process found to freeze"; }
 kill -STOP "$victim"

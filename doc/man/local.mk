@@ -6,6 +6,7 @@ dist_man_MANS = \
 	doc/man/ddpc-info.1 \
 	doc/man/ddpc-ckpt.1 \
 	doc/man/ddpc-flight.1 \
+	doc/man/ddpc-timeline.1 \
 	doc/man/ddpc.7 \
 	doc/man/ddpc_init.3 \
 	doc/man/ddpc_comm.3 \
@@ -13,7 +14,8 @@ dist_man_MANS = \
 	doc/man/ddpc_ddp.3 \
 	doc/man/ddpc_optim.3 \
 	doc/man/ddpc_ckpt.3 \
-	doc/man/ddpc_sampler.3
+	doc/man/ddpc_sampler.3 \
+	doc/man/ddpc_timeline.3
 dist_man_MANS += \
 	doc/man/ddpc_abort.3 \
 	doc/man/ddpc_allreduce.3 \

@@ -405,6 +405,7 @@ ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *npar
 
 static void *writer_main(void *arg)
 {
+    ddpc_tl_name_thread("checkpoint writer");
     ck_write(arg);
     return NULL;
 }
@@ -496,7 +497,10 @@ static ddpc_status_t start_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
             snprintf(ck->err, sizeof ck->err, "%s", j->err);
         return st;
     }
-    if ((st = snapshot(ck, j)) != DDPC_OK)
+    const double t_snap = ddpc_tl_t0();
+    st = snapshot(ck, j);
+    ddpc_tl_span("checkpoint snapshot", t_snap, (int64_t)j->meta.step);
+    if (st != DDPC_OK)
         return st;
     if (pthread_create(&ck->thread, NULL, writer_main, j) != 0)
         return ck_err(ck, DDPC_ERR_INTERNAL, "cannot start the checkpoint writer thread");

@@ -448,6 +448,7 @@ ddpc_status_t ck_write(ck_job_t *j)
 {
     j->st = DDPC_OK;
     j->err[0] = 0;
+    const double t_write = ddpc_tl_t0();
     if (make_dirs(j->dir) != 0)
         return jerr(j, DDPC_ERR_IO, "cannot create the checkpoint directory %s: %s", j->dir,
                     strerror(errno));
@@ -477,5 +478,6 @@ ddpc_status_t ck_write(ck_job_t *j)
     ddpc_log(j->rt, DDPC_LOG_INFO, "ckpt: wrote %s: %.3f GB in %.3fs (%.2f GB/s): HDF5 %.3fs, "
              "fsync and rename %.3fs, retention %.3fs", j->path, bytes / 1e9, ddpc_now() - t0,
              bytes / 1e9 / (ddpc_now() - t0), t1 - t0, t2 - t1, ddpc_now() - t2);
+    ddpc_tl_span("checkpoint write", t_write, (int64_t)j->meta.step);
     return DDPC_OK;
 }

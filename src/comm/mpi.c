@@ -533,6 +533,7 @@ static void *progress_main(void *arg)
         cudaThreadExchangeStreamCaptureMode(&mode);
     }
 #endif
+    ddpc_tl_name_thread(m->staged ? "comm progress (mpi-staged)" : "comm progress (mpi)");
     pthread_mutex_lock(&c->mu);
     for (;;) {
         while (!m->head && !m->stop)
@@ -542,11 +543,13 @@ static void *progress_main(void *arg)
         struct ddpc_work *w = m->head;
         pthread_mutex_unlock(&c->mu);
 
+        double t0 = ddpc_tl_t0();
 #ifdef DDPC_HAVE_CUDA
         int rc = m->staged ? run_staged(c, m, w) : run_host(c, m, w);
 #else
         int rc = run_host(c, m, w);
 #endif
+        ddpc_tl_span_seq(comm_op_names[w->kind], t0, -1, (int64_t)w->seq);
 
         pthread_mutex_lock(&c->mu);
         if (rc != MPI_SUCCESS)

@@ -44,6 +44,16 @@ static ddpc_status_t init_fail(ddpc_t rt, ddpc_status_t st)
     return st;
 }
 
+/* DDPC_TIMELINE=DIR: record from here to ddpc_finalize. */
+static ddpc_status_t start_timeline(ddpc_t rt)
+{
+    const char *dir = getenv("DDPC_TIMELINE");
+    if (!dir || !*dir)
+        return DDPC_OK;
+    ddpc_status_t st = ddpc_timeline_start(rt, dir);
+    return st ? init_fail(rt, st) : DDPC_OK;
+}
+
 ddpc_status_t ddpc_init(const ddpc_config_t *cfg, int *argc, char ***argv, ddpc_t *out)
 {
     static const ddpc_config_t defaults = DDPC_CONFIG_INIT;
@@ -101,7 +111,7 @@ ddpc_status_t ddpc_init(const ddpc_config_t *cfg, int *argc, char ***argv, ddpc_
                      rt->world.num_nodes, rt->cfg.timeout_s);
             if ((st = ddpc_monitor_start(rt)) != DDPC_OK)
                 return init_fail(rt, st);
-            return DDPC_OK;
+            return start_timeline(rt);
         }
         if (!rt->cfg.allow_mpi_mismatch)
             return init_fail(rt, st);
@@ -118,13 +128,15 @@ ddpc_status_t ddpc_init(const ddpc_config_t *cfg, int *argc, char ***argv, ddpc_
              "world from %s: local rank %d/%d, node %d/%d; MPI thread level %d; timeout %gs",
              ddpc_source_name(rt->world.source), rt->world.local_rank, rt->world.local_size,
              rt->world.node_id, rt->world.num_nodes, rt->mpi_thread_level, rt->cfg.timeout_s);
-    return DDPC_OK;
+    return start_timeline(rt);
 }
 
 ddpc_status_t ddpc_finalize(ddpc_t rt)
 {
     if (!rt)
         return DDPC_OK;
+    if (ddpc_timeline_stop(rt) != DDPC_OK) /* DDPC_TIMELINE: this rank's file */
+        ddpc_log(rt, DDPC_LOG_WARN, "%s", ddpc_last_error(rt));
     ddpc_monitor_stop(rt);
     ddpc_comm_destroy_internal(rt->world_comm);
     if (rt->stuck) {

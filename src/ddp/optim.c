@@ -429,7 +429,9 @@ ddpc_status_t ddpc_optim_step(ddpc_optim_t o, int *stepped)
 {
     if (!o)
         return DDPC_ERR_INVALID;
+    const double t0 = ddpc_tl_t0();
     ddpc_status_t st = optim_step(o, stepped);
+    ddpc_tl_span("optimizer step", t0, -1);
     ddpc_ddp_t d = o->ddp;
     if (st != DDPC_OK || d->check_every <= 0)
         return st;

@@ -74,6 +74,7 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
     ddp_bucket_t *bk = &d->buckets[b];
     float *g = d->grad_arena + bk->offset;
     ddpc_status_t st;
+    const double t_issue = ddpc_tl_t0();
     if (d->next_launch == 0)
         d->t_first_launch = ddpc_now();
     if (ON_DEVICE(d) && (st = comm_failed(d)) != DDPC_OK)
@@ -111,6 +112,7 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
         return ddp_err(d, st, "launching bucket %d: %s", b, ddpc_last_error(d->rt));
     bk->launched = 1;
     d->next_launch = b + 1;
+    ddpc_tl_span_seq("bucket issued", t_issue, b, (int64_t)bk->seq);
     return DDPC_OK;
 }
 
@@ -139,6 +141,7 @@ ddpc_status_t ddpc_ddp_grad_ready(ddpc_ddp_t d, int i)
                        "called once per parameter per micro-step)", i, p->name);
     p->ready = 1;
     d->step_active = 1;
+    ddpc_tl_instant("grad_ready", i);
     d->buckets[p->bucket].pending--;
     if (d->sync && d->cfg.overlap)
         return launch_ready(d);
@@ -253,6 +256,7 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
         return DDPC_OK;
     }
     double t0 = ddpc_now();
+    const double t_wait = ddpc_tl_t0();
     int unready = 0;
     for (int i = 0; i < d->nparams; i++)
         unready += !d->params[i].ready;
@@ -340,6 +344,7 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     /* rank 0's buffers everywhere before the next forward (broadcast_buffers) */
     if (st == DDPC_OK && d->cfg.broadcast_buffers && d->nbufs)
         st = ddpc_ddp_broadcast_buffers(d);
+    ddpc_tl_span("ddp wait", t_wait, -1);
     return st;
 }
 

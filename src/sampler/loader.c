@@ -66,6 +66,7 @@ static void fill(ddpc_loader_t ld, struct slot *sl)
 static void *prefetch_main(void *arg)
 {
     ddpc_loader_t ld = arg;
+    ddpc_tl_name_thread("loader");
     pthread_mutex_lock(&ld->mu);
     for (;;) {
         while (!ld->filling && !ld->quit)
@@ -213,6 +214,7 @@ ddpc_status_t ddpc_loader_next(ddpc_loader_t ld, ddpc_batch_t *b)
         fill(ld, &ld->slot[back]);
     }
     ld->wait_s += ddpc_now() - t0;
+    ddpc_tl_span("loader wait", t0, -1);
     ld->front = back;
     struct slot *sl = &ld->slot[back];
     if (sl->st != DDPC_OK) {

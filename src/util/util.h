@@ -95,4 +95,60 @@ ddpc_status_t ddpc_env_choice(ddpc_t rt, const char *name, const char *const *ch
 /* Monotonic seconds. */
 double ddpc_now(void);
 
+/* ------------------------------------------------------------ timeline.c */
+
+/* The recorder of DDPC_TIMELINE. Spans and instants go into one ring;
+ * names are static strings (copy holds the program's own span names). */
+#define TL_MAX_TRACKS 64
+#define TL_NAME_MAX 32
+#define TL_STACK_MAX 16
+typedef struct {
+    _Atomic uint64_t seq; /* its index + 1 once complete; 0 while written */
+    double t0, t1;        /* ddpc_now(); t0 == t1 for an instant */
+    int64_t arg;          /* a bucket, a parameter, a step; -1: none */
+    int64_t cseq;         /* the collective's sequence number on its communicator; -1: none */
+    const char *name;     /* NULL: copy */
+    char copy[TL_NAME_MAX];
+    int16_t track;        /* the recording thread's */
+    int8_t instant;
+} tl_event_t;
+
+extern _Atomic int ddpc_tl_active;
+static inline int ddpc_tl_on(void)
+{
+    return __atomic_load_n((int *)&ddpc_tl_active, __ATOMIC_RELAXED);
+}
+/* the start of a span: the clock only while recording */
+static inline double ddpc_tl_t0(void) { return ddpc_tl_on() ? ddpc_now() : 0.0; }
+void ddpc_tl_span_(const char *name, double t0, int64_t arg, int64_t seq);
+void ddpc_tl_instant_(const char *name, int64_t arg);
+/* A span from t0 (ddpc_tl_t0) to now; an instant now. No-ops when off. */
+#define ddpc_tl_span(name, t0, arg)                                                            \
+    do {                                                                                       \
+        if (ddpc_tl_on())                                                                      \
+            ddpc_tl_span_(name, t0, arg, -1);                                                  \
+    } while (0)
+/* the same for a collective: seq is its sequence number */
+#define ddpc_tl_span_seq(name, t0, arg, seq)                                                   \
+    do {                                                                                       \
+        if (ddpc_tl_on())                                                                      \
+            ddpc_tl_span_(name, t0, arg, seq);                                                 \
+    } while (0)
+#define ddpc_tl_instant(name, arg)                                                             \
+    do {                                                                                       \
+        if (ddpc_tl_on())                                                                      \
+            ddpc_tl_instant_(name, arg);                                                       \
+    } while (0)
+/* Name this thread's track (the first name sticks). */
+void ddpc_tl_name_thread(const char *name);
+const char *ddpc_tl_track_name(int track);
+int ddpc_tl_num_tracks(void);
+/* Allocate the ring (events slots) and start; DDPC_ERR_STATE when running. */
+ddpc_status_t ddpc_tl_alloc(uint64_t events);
+/* Stop and free. */
+void ddpc_tl_free(void);
+/* A malloc'ed copy of the complete events, oldest first; *lost: events the
+ * ring overwrote. */
+uint64_t ddpc_tl_snapshot(tl_event_t **out, uint64_t *lost);
+
 #endif /* DDPC_UTIL_H */
