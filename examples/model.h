@@ -27,12 +27,18 @@ typedef struct {
     int classes;                   /* 10 */
     int nhidden;                   /* mlp: hidden layers; linear: 0 */
     int hidden[MODEL_MAX_HIDDEN];  /* their widths */
+    int batchnorm;                 /* mlp --batchnorm: BatchNorm1d after each hidden
+                                      Linear, before its ReLU */
 } model_spec_t;
 
 /* Layers and parameters. Layer l maps in(l) -> out(l) features; its
  * parameters are "fc<l+1>.weight" (out, in) and "fc<l+1>.bias" (out,), in
- * that order, layer after layer (linear: "fc.weight", "fc.bias"). Parameter
- * 2l is layer l's weight, 2l+1 its bias. */
+ * that order, layer after layer (linear: "fc.weight", "fc.bias"). Without
+ * batchnorm parameter 2l is layer l's weight, 2l+1 its bias. With it, a
+ * hidden layer l is followed by "bn<l+1>.weight" (out,) and "bn<l+1>.bias"
+ * (out,) (PyTorch's nn.Sequential(Linear, BatchNorm1d, ReLU, ...) under the
+ * names of a module with attributes fc1, bn1, fc2, bn2, ...):
+ * model_param_index says where each is. */
 int model_num_layers(const model_spec_t *s);
 int model_layer_in(const model_spec_t *s, int l);
 int model_layer_out(const model_spec_t *s, int l);
@@ -40,6 +46,24 @@ int model_num_params(const model_spec_t *s);
 /* name (room for 32 bytes), ndim and shape of parameter i. */
 void model_param_desc(const model_spec_t *s, int i, char *name, int *ndim, int64_t shape[2]);
 size_t model_param_count(const model_spec_t *s); /* total floats */
+/* Index of layer l's parameter k: MODEL_P_WEIGHT, MODEL_P_BIAS, and with
+ * batchnorm on a hidden layer MODEL_P_BN_WEIGHT, MODEL_P_BN_BIAS (-1 where
+ * the layer has none). */
+enum { MODEL_P_WEIGHT = 0, MODEL_P_BIAS, MODEL_P_BN_WEIGHT, MODEL_P_BN_BIAS };
+int model_param_index(const model_spec_t *s, int l, int k);
+/* Layer l has a BatchNorm1d (batchnorm on, l a hidden layer). */
+int model_layer_bn(const model_spec_t *s, int l);
+/* Buffers (batchnorm): per BN layer "bn<l+1>.running_mean" (out,),
+ * "bn<l+1>.running_var" (out,), "bn<l+1>.num_batches_tracked" (ndim 0, one
+ * float32), BN layer after BN layer; none without batchnorm. */
+int model_num_buffers(const model_spec_t *s);
+void model_buffer_desc(const model_spec_t *s, int i, char *name, int *ndim, int64_t shape[1]);
+size_t model_buffer_count(const model_spec_t *s); /* total floats */
+/* PyTorch's initial buffers: running_mean 0, running_var 1, count 0. */
+void model_init_buffers(const model_spec_t *s, float *buffers);
+/* BatchNorm1d's constants (PyTorch's defaults) */
+#define MODEL_BN_MOMENTUM 0.1
+#define MODEL_BN_EPS 1e-5
 /* Layers [first, end) of a pipeline stage: their parameters are the floats
  * [offset, offset + count) of the model's arena (layers are stored in order). */
 size_t model_layers_param_offset(const model_spec_t *s, int first);
@@ -92,6 +116,13 @@ typedef struct {
      * the ReLU, computes no loss, and its backward starts from the gradient
      * the caller puts in output_grad. cpu and cuda (fp32, bf16). */
     int stage_first, stage_end;
+    /* batchnorm: the engine's buffer arena (model_buffer_count floats, laid
+     * out as model_buffer_desc says; the device's memory), and with sync_bn
+     * the communicator over which the training statistics are taken
+     * (ddpc_comm_t: the data-parallel group, SyncBatchNorm), NULL: each
+     * rank's own batch (BatchNorm1d). */
+    float *buffers;
+    void *bn_comm;
 } model_place_t;
 
 /* Since the last stats call: what the forwards measured. */
@@ -164,6 +195,11 @@ typedef struct {
     void *(*output_grad)(model_t *m);
     const void *(*input_grad)(model_t *m);
     void *(*input)(model_t *m);
+    /* Training (1, the default) or evaluation (0) mode: batchnorm normalizes
+     * with the batch's statistics and updates the running ones (train), or
+     * with the running ones (eval), as PyTorch's module.train()/eval().
+     * NULL where the device has no batchnorm (it refuses the spec at create). */
+    void (*set_train)(model_t *m, int train);
 } model_ops_t;
 
 extern const model_ops_t model_cpu_ops;

@@ -16,8 +16,15 @@
  * output, a stage before the last ends at act[end] (after its ReLU) and its
  * backward starts from gout; a stage after the first ends its backward with
  * gin = dloss/dact[first] (the GEMM and the ReLU mask the whole model
- * applies at that layer), which the previous stage continues from. */
+ * applies at that layer), which the previous stage continues from.
+ * BatchNorm1d (spec batchnorm) on a hidden layer sits between its GEMM and
+ * its ReLU: act[l+1] = relu(gamma * xhat + beta), xhat = (z - mean) * invstd
+ * (B, out) kept for backward; statistics in double over the batch (train),
+ * or over every rank's batch through ddpc_batchnorm_stats (bn_comm: sync),
+ * or the running ones (eval). Not with pipeline stages. */
 #include "model.h"
+
+#include "ddpc.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -41,6 +48,18 @@ struct model {
     const float *x;                         /* the uploaded batch: the caller's x or xin */
     int *y;                                 /* (max_batch,) its labels as ints */
     int nb;                                 /* its size */
+    /* batchnorm, per BN layer l: gamma, beta (params), dgamma, dbeta (grads),
+       running mean/var/count (buffers), xhat (max_batch, out), the batch's
+       mean, biased var and invstd (out,), and the count they came from */
+    int train;
+    float *gamma[MODEL_MAX_LAYERS], *beta[MODEL_MAX_LAYERS];
+    float *dgamma[MODEL_MAX_LAYERS], *dbeta[MODEL_MAX_LAYERS];
+    float *rmean[MODEL_MAX_LAYERS], *rvar[MODEL_MAX_LAYERS], *rcount[MODEL_MAX_LAYERS];
+    float *xhat[MODEL_MAX_LAYERS], *bmean[MODEL_MAX_LAYERS], *bvar[MODEL_MAX_LAYERS];
+    float *invstd[MODEL_MAX_LAYERS];
+    double bn_n[MODEL_MAX_LAYERS];
+    ddpc_comm_t bn_comm;                    /* sync: the data-parallel group */
+    float *bn_work;                         /* its ddpc_batchnorm_workspace; then 2 * widest */
     model_stats_t st;                       /* since the last stats call */
     char err[256];
 };
@@ -102,6 +121,11 @@ static void cpu_destroy(model_t *m)
     free(m->gout);
     free(m->xin);
     free(m->y);
+    for (int l = 0; l < m->nlayers; l++) {
+        free(m->xhat[l]);
+        free(m->bmean[l]);
+    }
+    free(m->bn_work);
     free(m);
 }
 
@@ -134,7 +158,15 @@ static model_t *cpu_create(const model_spec_t *s, const model_place_t *where, in
         free(m);
         return NULL;
     }
-    size_t off = 0, widest = 0;
+    if (s->batchnorm && (m->first > 0 || m->end < m->nlayers || !where || !where->buffers)) {
+        snprintf(err, errlen, "model: batchnorm needs the whole model and its buffers "
+                 "(not with pipeline stages)");
+        free(m);
+        return NULL;
+    }
+    m->train = 1;
+    m->bn_comm = where ? (ddpc_comm_t)where->bn_comm : NULL;
+    size_t off = 0, widest = 0, boff = 0;
     int ok = 1;
     for (int l = m->first; l < m->end; l++) {
         size_t in = (size_t)model_layer_in(s, l), out = (size_t)model_layer_out(s, l);
@@ -144,6 +176,19 @@ static model_t *cpu_create(const model_spec_t *s, const model_place_t *where, in
         m->b[l] = params + off;
         m->db[l] = grads + off;
         off += out;
+        if (model_layer_bn(s, l)) {
+            m->gamma[l] = params + off, m->dgamma[l] = grads + off;
+            m->beta[l] = params + off + out, m->dbeta[l] = grads + off + out;
+            off += 2 * out;
+            m->rmean[l] = where->buffers + boff;
+            m->rvar[l] = where->buffers + boff + out;
+            m->rcount[l] = where->buffers + boff + 2 * out;
+            boff += 2 * out + 1;
+            ok = ok && (m->xhat[l] = malloc((size_t)max_batch * out * sizeof(float)));
+            ok = ok && (m->bmean[l] = malloc(3 * out * sizeof(float)));
+            if (ok)
+                m->bvar[l] = m->bmean[l] + out, m->invstd[l] = m->bmean[l] + 2 * out;
+        }
         widest = in > widest ? in : widest;
         widest = out > widest ? out : widest;
         ok = ok && (m->out[l] = malloc((size_t)max_batch * out * sizeof(float)));
@@ -160,6 +205,11 @@ static model_t *cpu_create(const model_spec_t *s, const model_place_t *where, in
     ok = ok && (m->d0 = malloc((size_t)max_batch * widest * sizeof(float)));
     ok = ok && (m->d1 = malloc((size_t)max_batch * widest * sizeof(float)));
     ok = ok && (m->y = malloc((size_t)max_batch * sizeof(int)));
+    if (s->batchnorm) {
+        size_t nw = m->bn_comm ? ddpc_batchnorm_workspace(m->bn_comm, (int)widest) : 0;
+        nw = nw > 2 * widest ? nw : 2 * widest;
+        ok = ok && (m->bn_work = malloc(nw * sizeof(float)));
+    }
     if (!ok) {
         snprintf(err, errlen, "model: out of memory for activations of batch %d", max_batch);
         cpu_destroy(m);
@@ -196,6 +246,109 @@ static int cpu_upload(model_t *m, const float *x, const uint8_t *y, int B)
     return 0;
 }
 
+/* BatchNorm1d of layer l over o (B, out), in place, before the ReLU. Train:
+ * the batch's mean and biased variance per channel (two passes in double;
+ * with bn_comm, combined over every rank's batch), the running statistics
+ * updated as PyTorch does (momentum 0.1, the unbiased variance, the count
+ * + 1), xhat kept; eval: the running statistics. */
+static int bn_forward(model_t *m, int l, float *o, int B, int out)
+{
+    float *mean = m->bmean[l], *var = m->bvar[l], *is = m->invstd[l];
+    if (!m->train) {
+        for (int c = 0; c < out; c++) {
+            mean[c] = m->rmean[l][c];
+            is[c] = (float)(1.0 / sqrt((double)m->rvar[l][c] + MODEL_BN_EPS));
+        }
+        for (int i = 0; i < B; i++) {
+            float *z = o + (size_t)i * out;
+            for (int c = 0; c < out; c++)
+                z[c] = m->gamma[l][c] * ((z[c] - mean[c]) * is[c]) + m->beta[l][c];
+        }
+        return 0;
+    }
+    for (int c = 0; c < out; c++) {
+        double s = 0, q = 0;
+        for (int i = 0; i < B; i++)
+            s += o[(size_t)i * out + c];
+        double mu = s / B;
+        for (int i = 0; i < B; i++) {
+            double d = o[(size_t)i * out + c] - mu;
+            q += d * d;
+        }
+        mean[c] = (float)mu;
+        var[c] = (float)(q / B);
+    }
+    double n = B;
+    if (m->bn_comm) {
+        ddpc_status_t st = ddpc_batchnorm_stats(m->bn_comm, out, B, mean, var, &n, m->bn_work);
+        if (st != DDPC_OK) {
+            snprintf(m->err, sizeof m->err, "model: bn%d: %s", l + 1,
+                     ddpc_last_error(ddpc_comm_runtime(m->bn_comm)));
+            return -1;
+        }
+    }
+    m->bn_n[l] = n;
+    const float mom = (float)MODEL_BN_MOMENTUM;
+    for (int c = 0; c < out; c++) {
+        is[c] = (float)(1.0 / sqrt((double)var[c] + MODEL_BN_EPS));
+        float unbiased = n > 1 ? (float)((double)var[c] * n / (n - 1)) : var[c];
+        m->rmean[l][c] = (1.0f - mom) * m->rmean[l][c] + mom * mean[c];
+        m->rvar[l][c] = (1.0f - mom) * m->rvar[l][c] + mom * unbiased;
+    }
+    m->rcount[l][0] += 1.0f;
+    float *xh = m->xhat[l];
+    for (int i = 0; i < B; i++) {
+        float *z = o + (size_t)i * out, *x = xh + (size_t)i * out;
+        for (int c = 0; c < out; c++) {
+            x[c] = (z[c] - mean[c]) * is[c];
+            z[c] = m->gamma[l][c] * x[c] + m->beta[l][c];
+        }
+    }
+    return 0;
+}
+
+/* Backward of layer l's BatchNorm1d: d (B, out) holds dloss/dy (after the
+ * ReLU's mask) and becomes dloss/dz in place; dgamma += sum(d * xhat),
+ * dbeta += sum(d) (this rank's, as PyTorch's; DDP averages them). With
+ * bn_comm the two sums of dz's formula are every rank's (one all-reduce of
+ * 2 * out floats), as SyncBatchNorm's backward. */
+static int bn_backward(model_t *m, int l, float *d, int B, int out)
+{
+    float *sdy = m->bn_work, *sdx = m->bn_work + out; /* (out,) each */
+    const float *xh = m->xhat[l];
+    for (int c = 0; c < out; c++) {
+        double a = 0, b = 0;
+        for (int i = 0; i < B; i++) {
+            double g = d[(size_t)i * out + c];
+            a += g;
+            b += g * xh[(size_t)i * out + c];
+        }
+        sdy[c] = (float)a;
+        sdx[c] = (float)b;
+        m->dbeta[l][c] += sdy[c];
+        m->dgamma[l][c] += sdx[c];
+    }
+    if (m->bn_comm &&
+        ddpc_allreduce(m->bn_comm, m->bn_work, m->bn_work, 2 * (size_t)out, DDPC_F32, DDPC_SUM) !=
+            DDPC_OK) {
+        snprintf(m->err, sizeof m->err, "model: bn%d backward: %s", l + 1,
+                 ddpc_last_error(ddpc_comm_runtime(m->bn_comm)));
+        return -1;
+    }
+    const float inv_n = (float)(1.0 / m->bn_n[l]);
+    for (int c = 0; c < out; c++)
+        sdy[c] *= inv_n, sdx[c] *= inv_n;
+    for (int i = 0; i < B; i++) {
+        float *g = d + (size_t)i * out;
+        const float *x = xh + (size_t)i * out;
+        for (int c = 0; c < out; c++)
+            g[c] = m->gamma[l][c] * m->invstd[l][c] * (g[c] - sdy[c] - x[c] * sdx[c]);
+    }
+    return 0;
+}
+
+static void cpu_set_train(model_t *m, int train) { m->train = train; }
+
 static int cpu_forward(model_t *m)
 {
     const int C = m->spec.classes, B = m->nb;
@@ -213,6 +366,8 @@ static int cpu_forward(model_t *m)
             memcpy(o + (size_t)i * out, m->b[l], (size_t)out * sizeof(float));
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, out, in, 1.0f, m->act[l], in,
                     m->W[l], in, 1.0f, o, out);
+        if (model_layer_bn(&m->spec, l) && bn_forward(m, l, o, B, out))
+            return -1;
         if (l < m->nlayers - 1)
             relu(o, (size_t)B * out);
         m->act[l + 1] = o;
@@ -282,18 +437,29 @@ static int cpu_backward(model_t *m, double scale, model_grad_ready_fn cb, void *
             d[(size_t)i * C + m->y[i]] -= k;
         }
     }
-    const int p0 = 2 * m->first; /* grad_ready's indices are the stage's */
+    const model_spec_t *s = &m->spec;
+    /* grad_ready's indices are the stage's */
+    const int p0 = model_param_index(s, m->first, MODEL_P_WEIGHT);
     for (int l = m->end - 1; l >= m->first; l--) {
-        const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
+        const int in = model_layer_in(s, l), out = model_layer_out(s, l);
+        int rc;
+        if (model_layer_bn(s, l)) { /* d: dloss/dy -> dloss/dz */
+            if (bn_backward(m, l, d, B, out))
+                return -1;
+            rc = cb ? cb(ctx, model_param_index(s, l, MODEL_P_BN_BIAS) - p0) : 0;
+            rc = rc ? rc : cb ? cb(ctx, model_param_index(s, l, MODEL_P_BN_WEIGHT) - p0) : 0;
+            if (rc)
+                return rc;
+        }
         /* db += sum over the batch of d */
         add_rows(m->db[l], d, B, out);
-        int rc = cb ? cb(ctx, 2 * l + 1 - p0) : 0;
+        rc = cb ? cb(ctx, model_param_index(s, l, MODEL_P_BIAS) - p0) : 0;
         if (rc)
             return rc;
         /* dW += d^T act[l]: (out, B) x (B, in) */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, d, out, m->act[l],
                     in, 1.0f, m->dW[l], in);
-        rc = cb ? cb(ctx, 2 * l - p0) : 0;
+        rc = cb ? cb(ctx, model_param_index(s, l, MODEL_P_WEIGHT) - p0) : 0;
         if (rc)
             return rc;
         if (l == 0)
@@ -323,4 +489,4 @@ const model_ops_t model_cpu_ops = {"cpu",         cpu_create,   cpu_destroy,
                                    cpu_upload,    cpu_forward,  cpu_backward,
                                    cpu_stats,     cpu_params_io, cpu_error,
                                    cpu_output,    cpu_output_grad, cpu_input_grad,
-                                   cpu_input};
+                                   cpu_input,     cpu_set_train};

@@ -57,12 +57,22 @@
  * on as the whole model. So at a stage boundary the whole model's unfused
  * path runs; where the whole model fuses that data gradient (DRELU_BGRAD),
  * the split is bitwise the whole model only where the epilogue sums as the
- * kernel does (the emulation, in float32) or under DDPC_TRAINER_GEMM=unfused. */
+ * kernel does (the emulation, in float32) or under DDPC_TRAINER_GEMM=unfused.
+ *
+ * BatchNorm1d (spec batchnorm; fp32, the whole model only): a BN layer's
+ * forward GEMM runs without an epilogue, then the bias kernel without ReLU,
+ * the statistics kernel (with bn_comm, ddpc_batchnorm_stats on the device
+ * communicator: no host round trip), and the normalize-affine-ReLU kernel;
+ * its backward, after the next layer's plain data gradient: the ReLU mask
+ * and the sums of dy and dy * xhat (dgamma, dbeta), with bn_comm their
+ * device all-reduce, the input gradient, then the plain bias gradient. The
+ * arithmetic is model_cpu.c's (model_cuda_kernels.h). */
 #ifndef TRAINER_HAVE_CUDA_MODEL
 #define TRAINER_HAVE_CUDA_MODEL 1 /* this file is the CUDA model: model.h declares it */
 #endif
 #include "model.h"
 
+#include "ddpc.h"
 #include "model_cuda_kernels.h"
 
 #include <cublasLt.h>
@@ -126,6 +136,13 @@ struct model {
     double *acc;               /* device (4,): the stats */
     double *hacc;              /* pinned (4,) */
     int B;                     /* samples of the last forward */
+    /* batchnorm: per BN layer xhat (max_batch, out) and its mean, var and
+       invstd (3 * out); 2 * widest sums for backward; with bn_comm the
+       statistics' workspace and the global count (device double) */
+    int train;
+    float *xhat[MODEL_MAX_LAYERS], *bstat[MODEL_MAX_LAYERS];
+    float *bn_sums, *bn_work;
+    double *bn_total;
     plan_t plans[PLANS];
     int next_plan;
     char err[512];
@@ -153,10 +170,7 @@ static int lt(model_t *m, cublasStatus_t e, const char *call)
 
 static size_t layer_offset(const model_t *m, int l) /* of W_l in the (stage's) arena */
 {
-    size_t off = 0;
-    for (int i = m->first; i < l; i++)
-        off += (size_t)model_layer_out(&m->spec, i) * ((size_t)model_layer_in(&m->spec, i) + 1);
-    return off;
+    return model_layers_param_offset(&m->spec, l) - model_layers_param_offset(&m->spec, m->first);
 }
 
 /* views of layer l's weight and bias in the GEMMs' type (the half copy or the arena) */
@@ -190,6 +204,22 @@ static float *dW_of(model_t *m, int l) { return m->grads + layer_offset(m, l); }
 static float *db_of(model_t *m, int l)
 {
     return dW_of(m, l) + (size_t)model_layer_out(&m->spec, l) * (size_t)model_layer_in(&m->spec, l);
+}
+
+/* a BN layer's gamma and beta (fp32: the arena itself), dgamma and dbeta,
+   its running mean, var and count in the buffer arena */
+static float *gamma_of(model_t *m, int l)
+{
+    return m->params + layer_offset(m, l) +
+           (size_t)model_layer_out(&m->spec, l) * ((size_t)model_layer_in(&m->spec, l) + 1);
+}
+static float *dgamma_of(model_t *m, int l) { return m->grads + (gamma_of(m, l) - m->params); }
+static float *rmean_of(model_t *m, int l)
+{
+    size_t off = 0;
+    for (int i = 0; i < l; i++)
+        off += model_layer_bn(&m->spec, i) ? 2 * (size_t)model_layer_out(&m->spec, i) + 1 : 0;
+    return m->where.buffers + off;
 }
 
 static void plan_free(plan_t *p)
@@ -405,7 +435,12 @@ static void cuda_destroy(model_t *m)
     for (int l = 0; l < MODEL_MAX_LAYERS; l++) {
         cudaFree(m->act[l]);
         cudaFree(m->mask[l]);
+        cudaFree(m->xhat[l]);
+        cudaFree(m->bstat[l]);
     }
+    cudaFree(m->bn_sums);
+    cudaFree(m->bn_work);
+    cudaFree(m->bn_total);
     cudaFree(m->ws);
     cudaFree(m->half);
     cudaFree(m->xh);
@@ -448,6 +483,13 @@ static model_t *cuda_create(const model_spec_t *s, const model_place_t *where, i
     if (where->precision == PRECISION_FP16 && (first > 0 || end < L)) {
         snprintf(err, errlen, "model (cuda): --precision fp16: a pipeline stage has no loss "
                  "of its own to scale (use fp32 or bf16)");
+        return NULL;
+    }
+    if (s->batchnorm && (where->precision != PRECISION_FP32 || first > 0 || end < L ||
+                         !where->buffers)) {
+        snprintf(err, errlen, "model (cuda): --batchnorm: fp32 and the whole model only, with "
+                 "its buffers (not with --precision %s or pipeline stages)",
+                 model_precision_name(where->precision));
         return NULL;
     }
     if (max_batch < 1 || s->nhidden < 0 || s->nhidden > MODEL_MAX_HIDDEN) {
@@ -513,6 +555,21 @@ static model_t *cuda_create(const model_spec_t *s, const model_place_t *where, i
     if (ok && first > 0)
         ok = !dalloc(m, &m->xin, B * in0 * m->esize, "the stage's input") &&
              !dalloc(m, &m->gin, B * in0 * m->esize, "the input's gradient");
+    m->train = 1;
+    for (int l = first; ok && l < end; l++) {
+        size_t out = (size_t)model_layer_out(s, l);
+        if (model_layer_bn(s, l))
+            ok = !dalloc(m, (void **)&m->xhat[l], B * out * sizeof(float), "batchnorm's xhat") &&
+                 !dalloc(m, (void **)&m->bstat[l], 3 * out * sizeof(float),
+                         "batchnorm's statistics");
+    }
+    if (ok && s->batchnorm)
+        ok = !dalloc(m, (void **)&m->bn_sums, 2 * widest * sizeof(float), "batchnorm's sums");
+    if (ok && s->batchnorm && where->bn_comm)
+        ok = !dalloc(m, (void **)&m->bn_work,
+                     ddpc_batchnorm_workspace((ddpc_comm_t)where->bn_comm, (int)widest) *
+                         sizeof(float), "batchnorm's workspace") &&
+             !dalloc(m, (void **)&m->bn_total, sizeof(double), "batchnorm's count");
     ok = ok && !dalloc(m, &m->bscratch, widest * sizeof(float), "bias gradients") &&
          !dalloc(m, (void **)&m->acc, 4 * sizeof(double), "stats") &&
          !cu(m, cudaMallocHost((void **)&m->hacc, 4 * sizeof(double)), "cudaMallocHost") &&
@@ -708,6 +765,48 @@ static int fused_offered(model_t *m, int B, char *why, size_t n)
     return fuse;
 }
 
+/* BatchNorm1d of layer l over z (B, out), then its ReLU (model_cuda_kernels.h) */
+static int bn_forward(model_t *m, int l, float *z, int B)
+{
+    const int C = model_layer_out(&m->spec, l);
+    float *mean = m->bstat[l], *var = mean + C, *is = mean + 2 * C, *rm = rmean_of(m, l);
+    ddpc_comm_t comm = (ddpc_comm_t)m->where.bn_comm;
+    if (m->train) {
+        if (cu(m, mk_bn_stats(z, B, C, mean, var, m->s), "batchnorm statistics kernel"))
+            return -1;
+        if (comm && ddpc_batchnorm_stats(comm, C, B, mean, var, m->bn_total, m->bn_work) !=
+                        DDPC_OK)
+            return fail(m, "bn%d: %s", l + 1, ddpc_last_error(ddpc_comm_runtime(comm)));
+    }
+    const float *gamma = gamma_of(m, l);
+    return cu(m, mk_bn_forward(z, B, C, m->train, mean, var, gamma, gamma + C, rm, rm + C,
+                               rm + 2 * C, comm ? m->bn_total : NULL, (float)MODEL_BN_MOMENTUM,
+                               MODEL_BN_EPS, m->xhat[l], is, m->s),
+              "batchnorm kernel");
+}
+
+/* Backward of layer l's BatchNorm1d and ReLU: d (B, out) from dloss/drelu
+ * to dloss/dz in place; dgamma, dbeta, then the fc bias gradient */
+static int bn_backward(model_t *m, int l, float *d, int B)
+{
+    const int C = model_layer_out(&m->spec, l);
+    const float *is = m->bstat[l] + 2 * C, *gamma = gamma_of(m, l);
+    float *dg = dgamma_of(m, l);
+    ddpc_comm_t comm = (ddpc_comm_t)m->where.bn_comm;
+    if (cu(m, mk_bn_backward_sums(d, (const float *)m->act[l], m->xhat[l], B, C, dg, dg + C,
+                                  m->bn_sums, m->s), "batchnorm backward kernel"))
+        return -1;
+    if (comm && ddpc_allreduce(comm, m->bn_sums, m->bn_sums, 2 * (size_t)C, DDPC_F32, DDPC_SUM) !=
+                    DDPC_OK)
+        return fail(m, "bn%d backward: %s", l + 1, ddpc_last_error(ddpc_comm_runtime(comm)));
+    if (cu(m, mk_bn_backward_dx(d, m->xhat[l], B, C, gamma, is, m->bn_sums,
+                                comm ? m->bn_total : NULL, m->s), "batchnorm backward kernel"))
+        return -1;
+    return launch_bias_grad(m, d, NULL, CUDA_R_32F, C, B, db_of(m, l));
+}
+
+static void cuda_set_train(model_t *m, int train) { m->train = train; }
+
 static int cuda_forward(model_t *m)
 {
     if (!m->have_slot)
@@ -718,14 +817,16 @@ static int cuda_forward(model_t *m)
         return -1;
     const void *a = stage_input(m, m->first, k);
     for (int l = m->first; l < m->end; l++) {
-        const int last = l == m->nlayers - 1;
-        gemm_t g = fwd_gemm(m, l, a, m->fuse);
+        const int last = l == m->nlayers - 1, bn = model_layer_bn(&m->spec, l);
+        gemm_t g = fwd_gemm(m, l, a, bn ? m->fuse & ~FUSE_FWD : m->fuse);
         g.N = B;
         int fused;
         if (gemm_or_plain(m, &g, B, &fused))
             return -1;
         m->mask_ok[l] = fused && !last;
-        if (!fused && launch_bias_act(m, g.D, g.dt, fwd_bias(m, l), g.M, B, !last))
+        if (!fused && launch_bias_act(m, g.D, g.dt, fwd_bias(m, l), g.M, B, !last && !bn))
+            return -1;
+        if (bn && bn_forward(m, l, (float *)g.D, B))
             return -1;
         a = g.D;
     }
@@ -774,7 +875,9 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
             return -1;
         ping = m->half ? 1 : 0;
     }
-    const int p0 = 2 * m->first; /* grad_ready's indices are the stage's */
+    const model_spec_t *sp = &m->spec;
+    /* grad_ready's indices are the stage's */
+    const int p0 = model_param_index(sp, m->first, MODEL_P_WEIGHT);
     for (int l = m->end - 1; l >= m->first; l--) {
         const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
         const int last = l == m->nlayers - 1;
@@ -789,9 +892,16 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
             return -1;
         /* layer l's bias is complete (the last: here; the others: at layer
            l+1, or from gout at a stage's last layer) */
-        int rc = cb ? cb(ctx, 2 * l + 1 - p0) : 0;
+        int rc = 0;
+        if (model_layer_bn(sp, l) && cb) { /* its BatchNorm1d's, complete at layer l+1 */
+            rc = cb(ctx, model_param_index(sp, l, MODEL_P_BN_BIAS) - p0);
+            if (!rc)
+                rc = cb(ctx, model_param_index(sp, l, MODEL_P_BN_WEIGHT) - p0);
+        }
         if (!rc)
-            rc = cb ? cb(ctx, 2 * l - p0) : 0;
+            rc = cb ? cb(ctx, model_param_index(sp, l, MODEL_P_BIAS) - p0) : 0;
+        if (!rc)
+            rc = cb ? cb(ctx, model_param_index(sp, l, MODEL_P_WEIGHT) - p0) : 0;
         if (rc)
             return rc;
         if (l == 0)
@@ -811,8 +921,9 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
         g.N = B;
         if (gemm_or_plain(m, &g, B, &fused))
             return -1;
-        if (fused ? launch_bias_add(m, db_of(m, l - 1), m->bscratch, m->ctype, in)
-                  : launch_bias_grad(m, dprev, m->act[l - 1], m->ctype, in, B, db_of(m, l - 1)))
+        if (model_layer_bn(sp, l - 1) ? bn_backward(m, l - 1, (float *)dprev, B)
+            : fused ? launch_bias_add(m, db_of(m, l - 1), m->bscratch, m->ctype, in)
+                    : launch_bias_grad(m, dprev, m->act[l - 1], m->ctype, in, B, db_of(m, l - 1)))
             return -1;
         d = dprev;
         dt = m->ctype;
@@ -857,7 +968,7 @@ const model_ops_t model_cuda_ops = {"cuda",       cuda_create,    cuda_destroy,
                                     cuda_upload,  cuda_forward,   cuda_backward,
                                     cuda_stats,   cuda_params_io, cuda_error,
                                     cuda_output,  cuda_output_grad, cuda_input_grad,
-                                    cuda_input};
+                                    cuda_input,   cuda_set_train};
 
 int model_cuda_device_count(void)
 {

@@ -227,3 +227,133 @@ cudaError_t mk_bias_grad(void *d, const void *act, cudaDataType_t t, int n, int 
 }
 
 } /* extern "C" */
+
+/* ------------------------------------------------------------------ BatchNorm1d */
+
+__global__ void k_bn_stats(const float *z, int B, int C, float *mean, float *var)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    double sum = 0, q = 0;
+    for (int i = 0; i < B; i++)
+        sum += z[(size_t)i * C + c];
+    double mu = sum / B;
+    for (int i = 0; i < B; i++) {
+        double d = z[(size_t)i * C + c] - mu;
+        q += d * d;
+    }
+    mean[c] = (float)mu;
+    var[c] = (float)(q / B);
+}
+
+__global__ void k_bn_forward(float *z, int B, int C, int train, const float *mean,
+                             const float *var, const float *gamma, const float *beta,
+                             float *rmean, float *rvar, float *rcount, const double *total,
+                             float mom, double eps, float *xhat, float *invstd)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float mu, is;
+    if (train) {
+        double n = total ? *total : (double)B;
+        is = (float)(1.0 / sqrt((double)var[c] + eps));
+        float unbiased = n > 1 ? (float)((double)var[c] * n / (n - 1)) : var[c];
+        rmean[c] = (1.0f - mom) * rmean[c] + mom * mean[c];
+        rvar[c] = (1.0f - mom) * rvar[c] + mom * unbiased;
+        if (c == 0)
+            rcount[0] += 1.0f;
+        mu = mean[c];
+        invstd[c] = is;
+    } else {
+        mu = rmean[c];
+        is = (float)(1.0 / sqrt((double)rvar[c] + eps));
+    }
+    for (int i = 0; i < B; i++) {
+        size_t k = (size_t)i * C + c;
+        float x = (z[k] - mu) * is;
+        if (train)
+            xhat[k] = x;
+        float y = gamma[c] * x + beta[c];
+        z[k] = y > 0.0f ? y : 0.0f;
+    }
+}
+
+__global__ void k_bn_backward_sums(float *d, const float *act, const float *xhat, int B, int C,
+                                   float *dgamma, float *dbeta, float *sums)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    double a = 0, b = 0;
+    for (int i = 0; i < B; i++) {
+        size_t k = (size_t)i * C + c;
+        float g = act[k] > 0.0f ? d[k] : 0.0f;
+        d[k] = g;
+        a += g;
+        b += (double)g * xhat[k];
+    }
+    sums[c] = (float)a;
+    sums[C + c] = (float)b;
+    dbeta[c] += sums[c];
+    dgamma[c] += sums[C + c];
+}
+
+__global__ void k_bn_backward_dx(float *d, const float *xhat, int B, int C, const float *gamma,
+                                 const float *invstd, const float *sums, const double *total)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    const float inv_n = (float)(1.0 / (total ? *total : (double)B));
+    const float sdy = sums[c] * inv_n, sdx = sums[C + c] * inv_n, k0 = gamma[c] * invstd[c];
+    for (int i = 0; i < B; i++) {
+        size_t k = (size_t)i * C + c;
+        d[k] = k0 * (d[k] - sdy - xhat[k] * sdx);
+    }
+}
+
+extern "C" {
+
+cudaError_t mk_bn_stats(const float *z, int B, int C, float *mean, float *var, cudaStream_t s)
+{
+    if (B < 1 || C < 1)
+        return cudaErrorInvalidValue;
+    k_bn_stats<<<grid_cols(C), kThreads, 0, s>>>(z, B, C, mean, var);
+    return cudaGetLastError();
+}
+
+cudaError_t mk_bn_forward(float *z, int B, int C, int train, const float *mean, const float *var,
+                          const float *gamma, const float *beta, float *rmean, float *rvar,
+                          float *rcount, const double *total, float momentum, double eps,
+                          float *xhat, float *invstd, cudaStream_t s)
+{
+    if (B < 1 || C < 1)
+        return cudaErrorInvalidValue;
+    k_bn_forward<<<grid_cols(C), kThreads, 0, s>>>(z, B, C, train, mean, var, gamma, beta, rmean,
+                                                   rvar, rcount, total, momentum, eps, xhat,
+                                                   invstd);
+    return cudaGetLastError();
+}
+
+cudaError_t mk_bn_backward_sums(float *d, const float *act, const float *xhat, int B, int C,
+                                float *dgamma, float *dbeta, float *sums, cudaStream_t s)
+{
+    if (B < 1 || C < 1)
+        return cudaErrorInvalidValue;
+    k_bn_backward_sums<<<grid_cols(C), kThreads, 0, s>>>(d, act, xhat, B, C, dgamma, dbeta, sums);
+    return cudaGetLastError();
+}
+
+cudaError_t mk_bn_backward_dx(float *d, const float *xhat, int B, int C, const float *gamma,
+                              const float *invstd, const float *sums, const double *total,
+                              cudaStream_t s)
+{
+    if (B < 1 || C < 1)
+        return cudaErrorInvalidValue;
+    k_bn_backward_dx<<<grid_cols(C), kThreads, 0, s>>>(d, xhat, B, C, gamma, invstd, sums, total);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

@@ -82,6 +82,35 @@ cudaError_t mk_bias_add(float *db, const void *src, cudaDataType_t t, int n, cud
 cudaError_t mk_bias_grad(void *d, const void *act, cudaDataType_t t, int n, int B, float *db,
                          cudaStream_t s);
 
+/* BatchNorm1d, float32, one thread per channel c of C, MK_THREADS per block,
+ * ceil(C / MK_THREADS) blocks; z, d, xhat, act are (B rows of C); the
+ * arithmetic is model_cpu.c's (bn_forward, bn_backward), operation for
+ * operation. n is the statistics' count: *total (device, the global count
+ * from ddpc_batchnorm_stats) when total is given, else B.
+ * mk_bn_stats: mean[c], var[c] = the mean and biased variance of column c,
+ * two passes in double over the rows in order.
+ * mk_bn_forward: train: invstd[c] = 1/sqrt(var + eps); the running
+ * statistics move (momentum, the unbiased variance var * n / (n - 1)),
+ * rcount[0] += 1 (thread 0); xhat = (z - mean) * invstd; z = relu(gamma *
+ * xhat + beta). Eval (train 0): the running statistics instead, and
+ * nothing but z is written.
+ * mk_bn_backward_sums: d zeroed where act is not > 0 (the ReLU's gradient),
+ * then sums[c] = sum of d, sums[C + c] = sum of d * xhat (double, then
+ * float), dbeta[c] += sums[c], dgamma[c] += sums[C + c].
+ * mk_bn_backward_dx: d = gamma * invstd * (d - sums[c] * (1/n) - xhat *
+ * sums[C + c] * (1/n)), in place (sums all-reduced over the ranks first for
+ * SyncBatchNorm). C >= 1, B >= 1. */
+cudaError_t mk_bn_stats(const float *z, int B, int C, float *mean, float *var, cudaStream_t s);
+cudaError_t mk_bn_forward(float *z, int B, int C, int train, const float *mean, const float *var,
+                          const float *gamma, const float *beta, float *rmean, float *rvar,
+                          float *rcount, const double *total, float momentum, double eps,
+                          float *xhat, float *invstd, cudaStream_t s);
+cudaError_t mk_bn_backward_sums(float *d, const float *act, const float *xhat, int B, int C,
+                                float *dgamma, float *dbeta, float *sums, cudaStream_t s);
+cudaError_t mk_bn_backward_dx(float *d, const float *xhat, int B, int C, const float *gamma,
+                              const float *invstd, const float *sums, const double *total,
+                              cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

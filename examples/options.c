@@ -53,6 +53,10 @@ const char *options_usage(void)
            "                        (default " TRAINER_DEFAULT_DATA ")\n"
            "  --model linear|mlp    784->10, or 784->hidden...->10 with ReLU (default mlp)\n"
            "  --hidden W1,W2,...    mlp hidden widths, at most 8 layers (default 256,128)\n"
+           "  --batchnorm           mlp: BatchNorm1d after each hidden layer, before its\n"
+           "                        ReLU (momentum 0.1, eps 1e-5; not with pipelines)\n"
+           "  --sync-bn             with --batchnorm: training statistics over all ranks\n"
+           "                        (SyncBatchNorm; default: each rank's own batch)\n"
            "  --device cpu|cuda|auto  where to train (default auto: cuda if usable, else cpu)\n"
            "  --threads N           BLAS threads per rank (default: cores / ranks on the node)\n"
            "  --cuda-graph on|off   cuda: capture a whole step (kernels, NCCL, optimizer)\n"
@@ -177,7 +181,8 @@ static const char *const with_value[] = {
     "--ckpt-every", "--ckpt-keep", "--resume", "--metrics", "--device", "--log-every",
     "--stop-check-every", "--threads", "--precision", "--grad-dtype", "--cuda-graph",
     "--pipeline-stages", "--micro-batches", "--schedule", NULL};
-static const char *const flags[] = {"--help", "--print-crc-all", "--quiet", NULL};
+static const char *const flags[] = {"--help", "--print-crc-all", "--quiet", "--batchnorm",
+                                    "--sync-bn", NULL};
 
 static int in_list(const char *const *list, const char *s)
 {
@@ -190,6 +195,7 @@ static int in_list(const char *const *list, const char *s)
 int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
 {
     int hidden_given = 0, model_linear = o->model.kind == MODEL_LINEAR, wd_given = 0;
+    int batchnorm = o->model.batchnorm;
     model_spec_t hidden = o->model;
     for (int i = 1; i < argc; i++) {
         char name[64];
@@ -211,6 +217,10 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
                 o->help = 1;
             else if (!strcmp(name, "--print-crc-all"))
                 o->print_crc_all = 1;
+            else if (!strcmp(name, "--batchnorm"))
+                batchnorm = 1;
+            else if (!strcmp(name, "--sync-bn"))
+                o->sync_bn = 1;
             else
                 o->quiet = 1;
             continue;
@@ -347,6 +357,16 @@ int options_parse(options_t *o, int argc, char **argv, char *err, size_t n)
         o->model = hidden;
         o->model.kind = MODEL_MLP;
     }
+    if (batchnorm && model_linear)
+        return bad(err, n, "--batchnorm: only for --model mlp (linear has no hidden layer to "
+                   "normalize)");
+    if (o->sync_bn && !batchnorm)
+        return bad(err, n, "--sync-bn: needs --batchnorm (it synchronizes the BatchNorm "
+                   "layers' statistics)");
+    if (batchnorm && (o->pipeline_stages > 1 || o->micro_batches > 1))
+        return bad(err, n, "--batchnorm: not with --pipeline-stages/--micro-batches (a "
+                   "pipeline's micro-batches would each need their own statistics)");
+    o->model.batchnorm = batchnorm;
     if (o->precision != PRECISION_FP32 && o->device == DEVICE_CPU)
         return bad(err, n, "--precision %s: needs --device cuda or auto (the cpu model computes "
                    "in fp32)", model_precision_name(o->precision));

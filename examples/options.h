@@ -59,6 +59,9 @@ typedef struct {
                                 replica's batch; batch_size is then its micro-batch
                                 (B / M) and grad_accum is M, as the unsplit trainer
                                 with --grad-accum M runs it */
+    int sync_bn;             /* --sync-bn: batchnorm's training statistics over every
+                                rank of the data-parallel group (SyncBatchNorm);
+                                --batchnorm is model.batchnorm */
     int print_crc_all;       /* --print-crc-all: every rank prints its checksum */
     int quiet;               /* --quiet: no progress lines, summaries only */
     int help;                /* --help */

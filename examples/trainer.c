@@ -199,6 +199,16 @@ static int build_model(trainer_t *t)
     tr_stage_params(t, t->stage, &p0, &p1);
     if (tr_add_params(t, t->ddp, p0, p1))
         return -1;
+    /* batchnorm's running statistics: buffers (checkpointed, rank 0's
+       broadcast after every synced step) */
+    for (int i = 0; i < model_num_buffers(&o->model); i++) {
+        char name[32];
+        int ndim;
+        int64_t shape[1];
+        model_buffer_desc(&o->model, i, name, &ndim, shape);
+        if (ddpc_ddp_add_buffer(t->ddp, name, ndim, shape, NULL) != DDPC_OK)
+            return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
+    }
     return 0;
 }
 
@@ -227,7 +237,23 @@ static int start_model(trainer_t *t)
         return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
     int max_batch = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
     model_place_t where = {t->gpu, t->stream, o->precision,
-                           ddpc_optim_loss_scale_device(t->optim), 0, 0};
+                           ddpc_optim_loss_scale_device(t->optim), 0, 0, NULL, NULL};
+    if (o->model.batchnorm) { /* the buffers' initial values on every rank (a pure function) */
+        size_t nb = 0;
+        where.buffers = ddpc_ddp_buffers(t->ddp, &nb);
+        if (!where.buffers || nb != model_buffer_count(&o->model))
+            return tr_fail(t, "batchnorm: the engine has %zu buffer floats, expected %zu", nb,
+                           model_buffer_count(&o->model));
+        float *hb = malloc(nb * sizeof *hb);
+        if (!hb)
+            return tr_fail(t, "out of memory for the batchnorm buffers");
+        model_init_buffers(&o->model, hb);
+        int rc = tr_arena_copy(t, where.buffers, hb, nb * sizeof *hb, 1);
+        free(hb);
+        if (rc)
+            return -1;
+        where.bn_comm = o->sync_bn ? ddpc_ddp_comm(t->ddp) : NULL;
+    }
     char err[512];
     if (t->pipelined) {
         if (tr_pipe_start(t, &where, params, grads))
@@ -283,6 +309,8 @@ static int evaluate(trainer_t *t)
     model_stats_t ms;
     if (t->ops->stats(t->model, &ms)) /* training's since the last log line: not ours */
         tr_model_fatal(t, "evaluation");
+    if (t->ops->set_train) /* batchnorm: the running statistics */
+        t->ops->set_train(t->model, 0);
     for (size_t b = lo; b < hi; b += EVAL_BATCH) {
         size_t n = hi - b < EVAL_BATCH ? hi - b : EVAL_BATCH;
         for (size_t i = 0; i < n; i++)
@@ -299,6 +327,8 @@ static int evaluate(trainer_t *t)
     }
     if (t->ops->stats(t->model, &ms))
         tr_model_fatal(t, "evaluation");
+    if (t->ops->set_train)
+        t->ops->set_train(t->model, 1);
     double sums[2] = {ms.loss_samples, ms.correct}, total[2];
     if (t->pipelined) {
         tr_pipe_reduce(t, sums, 2);

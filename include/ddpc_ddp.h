@@ -191,6 +191,35 @@ DDPC_API ddpc_comm_t ddpc_ddp_comm(ddpc_ddp_t ddp);
  * launch to the end of wait, and seconds wait() blocked. */
 DDPC_API void ddpc_ddp_last_timing(ddpc_ddp_t ddp, double *comm_s, double *blocked_s);
 
+/* ------------------------------------------- synchronized batch normalization */
+/* Per-channel batch statistics over all ranks of comm (SyncBatchNorm's
+ * forward; doc/ddp.md). Each rank passes its own sample count and, per
+ * channel, the mean and the biased variance (M2 / count) of its samples; on
+ * return mean and var hold the mean and biased variance over the union of
+ * every rank's samples, and *total (may be NULL) their count. One all-gather
+ * of (count, mean, var) per rank, then Chan's parallel formula in double,
+ * ranks combined in rank order: deterministic, bitwise the same on every
+ * rank, and without the cancellation of sum / sum-of-squares formulas
+ * (means of 1e4 keep their small variances). A rank with count 0 adds
+ * nothing; a total of 0 gives mean 0 and var 0.
+ * Collective: every rank passes the same channels. Memory: on a host
+ * communicator mean, var, total and work are host memory and the call
+ * returns with the result. On a device communicator (nccl, mpi-staged) they
+ * are the communicator's device memory (total: one double), count is a host
+ * value, and the work is enqueued on the communicator's stream (the DDP
+ * engine's compute stream): kernels pack and combine, and nothing is copied
+ * to the host (nccl: stream-ordered, as ddpc_allreduce). work holds
+ * ddpc_batchnorm_workspace(comm, channels) floats, owned by the caller,
+ * not touched by anything else until the call's work is done. mean and var
+ * are updated in place. count < 0, channels <= 0 or NULL pointers:
+ * DDPC_ERR_INVALID, the message in ddpc_last_error(ddpc_comm_runtime(comm)). */
+DDPC_API ddpc_status_t ddpc_batchnorm_stats(ddpc_comm_t comm, int channels, int64_t count,
+                                            float *mean, float *var, double *total,
+                                            float *work);
+/* Floats of work ddpc_batchnorm_stats needs: (size + 1) * (2 * channels + 2);
+ * 0 for a NULL comm or channels <= 0. */
+DDPC_API size_t ddpc_batchnorm_workspace(ddpc_comm_t comm, int channels);
+
 /* ------------------------------------------------------------------ optimizers */
 typedef struct ddpc_optim *ddpc_optim_t;
 

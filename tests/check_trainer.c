@@ -58,6 +58,7 @@ START_TEST(options_defaults)
     ck_assert_int_eq(o.device, DEVICE_AUTO);
     ck_assert_str_eq(o.ckpt_dir, "checkpoints");
     ck_assert_int_eq(o.grad_accum, 1);
+    ck_assert(o.model.batchnorm == 0 && o.sync_bn == 0);
     PARSE_OK(&o, "--optimizer", "adamw");
     ck_assert(o.lr == 0.001 && o.weight_decay == 0.01);
     ck_assert_ptr_nonnull(strstr(options_usage(), "--resume auto|never|FILE"));
@@ -72,8 +73,10 @@ START_TEST(options_values)
              "--momentum", "0", "--weight-decay", "0", "--grad-accum", "4", "--clip", "1.5",
              "--seed", "9", "--ckpt-dir", "run", "--ckpt-every", "50", "--ckpt-keep", "2",
              "--resume", "run/ckpt-00000050.h5", "--metrics", "m.jsonl", "--device", "cpu",
-             "--log-every", "5", "--print-crc-all", "--threads", "2", "--grad-dtype", "bf16");
+             "--log-every", "5", "--print-crc-all", "--threads", "2", "--grad-dtype", "bf16",
+             "--sync-bn", "--batchnorm");
     ck_assert_str_eq(o.data, "/d");
+    ck_assert(o.model.batchnorm == 1 && o.sync_bn == 1);
     ck_assert_int_eq(o.model.nhidden, 3);
     ck_assert_int_eq(o.model.hidden[0], 1024);
     ck_assert_int_eq(o.model.hidden[2], 3);
@@ -121,6 +124,12 @@ START_TEST(options_errors)
     PARSE_BAD("--lr \"nan\"", "number", "--lr", "nan");
     PARSE_BAD("--momentum \"1\"", "[0, 1)", "--momentum", "1");
     PARSE_BAD("--model \"cnn\"", "linear or mlp", "--model", "cnn");
+    PARSE_BAD("--batchnorm", "only for --model mlp", "--model", "linear", "--batchnorm");
+    PARSE_BAD("--sync-bn", "needs --batchnorm", "--sync-bn");
+    PARSE_BAD("--batchnorm", "not with --pipeline-stages", "--batchnorm", "--pipeline-stages",
+              "2");
+    PARSE_BAD("--batchnorm", "not with --pipeline-stages", "--batchnorm", "--micro-batches", "2");
+    PARSE_BAD("--batchnorm", "takes no value", "--batchnorm=1");
     PARSE_BAD("--optimizer \"adam\"", "sgd or adamw", "--optimizer", "adam");
     PARSE_BAD("--device \"tpu\"", "cpu, cuda or auto", "--device", "tpu");
     PARSE_BAD("--precision \"fp8\"", "fp32, bf16 or fp16", "--precision", "fp8");
@@ -195,7 +204,9 @@ static void gradcheck(const model_spec_t *s, int B)
     for (int i = 0; i < B; i++)
         y[i] = (uint8_t)(i % s->classes);
     char err[128];
-    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL, 0, 0};
+    float *bufs = malloc((model_buffer_count(s) + 1) * sizeof(float));
+    model_init_buffers(s, bufs);
+    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL, 0, 0, bufs, NULL};
     model_t *m = model_cpu_ops.create(s, &cpu, B, params, grads, err, sizeof err);
     ck_assert_msg(m != NULL, "%s", err);
     ready_log_t rl = {{0}, 0};
@@ -230,21 +241,97 @@ static void gradcheck(const model_spec_t *s, int B)
     model_cpu_ops.destroy(m);
     free(params);
     free(grads);
+    free(bufs);
     free(x);
     free(y);
 }
 
 START_TEST(grad_linear)
 {
-    model_spec_t s = {MODEL_LINEAR, 6, 4, 0, {0}};
+    model_spec_t s = {MODEL_LINEAR, 6, 4, 0, {0}, 0};
     gradcheck(&s, 5);
 }
 END_TEST
 
 START_TEST(grad_mlp)
 {
-    model_spec_t s = {MODEL_MLP, 5, 3, 2, {7, 4}};
+    model_spec_t s = {MODEL_MLP, 5, 3, 2, {7, 4}, 0};
     gradcheck(&s, 4);
+}
+END_TEST
+
+/* BatchNorm1d in training mode: the batch's statistics are functions of the
+ * parameters too, and backward must follow them (dz's two mean terms). */
+START_TEST(grad_mlp_batchnorm)
+{
+    model_spec_t s = {MODEL_MLP, 5, 3, 2, {7, 4}, 1};
+    gradcheck(&s, 6);
+}
+END_TEST
+
+/* BatchNorm1d's names, order and buffers; the running statistics move in
+ * train mode only (momentum 0.1, the unbiased variance, count + 1), and
+ * eval mode normalizes with them. */
+START_TEST(model_batchnorm)
+{
+    model_spec_t s = {MODEL_MLP, 3, 2, 1, {4}, 1};
+    static const char *const want[] = {"fc1.weight", "bn1.weight", "fc2.weight"};
+    char name[32], d[96];
+    int ndim;
+    int64_t shape[2];
+    ck_assert_int_eq(model_num_params(&s), 6);
+    ck_assert_int_eq(model_param_index(&s, 0, MODEL_P_BN_WEIGHT), 2);
+    ck_assert_int_eq(model_param_index(&s, 1, MODEL_P_WEIGHT), 4);
+    ck_assert_int_eq(model_param_index(&s, 1, MODEL_P_BN_WEIGHT), -1);
+    for (int i = 0; i < 6; i += 2) {
+        model_param_desc(&s, i, name, &ndim, shape);
+        ck_assert_str_eq(name, want[i / 2]);
+    }
+    model_param_desc(&s, 3, name, &ndim, shape);
+    ck_assert_str_eq(name, "bn1.bias");
+    ck_assert(ndim == 1 && shape[0] == 4);
+    ck_assert_uint_eq(model_param_count(&s), 3 * 4 + 4 + 8 + 4 * 2 + 2);
+    model_describe(&s, d, sizeof d);
+    ck_assert_str_eq(d, "mlp 3-4-2 batchnorm (34 params)");
+    ck_assert_int_eq(model_num_buffers(&s), 3);
+    ck_assert_uint_eq(model_buffer_count(&s), 9);
+    model_buffer_desc(&s, 1, name, &ndim, shape);
+    ck_assert_str_eq(name, "bn1.running_var");
+    ck_assert(ndim == 1 && shape[0] == 4);
+    model_buffer_desc(&s, 2, name, &ndim, shape);
+    ck_assert_str_eq(name, "bn1.num_batches_tracked");
+    ck_assert(ndim == 0);
+    float p[34], g[34] = {0}, b[9], x[2 * 3] = {1, 2, 3, -1, 0, 5};
+    uint8_t y[2] = {0, 1};
+    model_init_params(&s, 1, p);
+    model_init_buffers(&s, b);
+    ck_assert(p[16] == 1.0f && p[20] == 0.0f && b[0] == 0.0f && b[4] == 1.0f && b[8] == 0.0f);
+    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL, 0, 0, NULL, NULL};
+    ck_assert_ptr_null(model_cpu_ops.create(&s, &cpu, 2, p, g, d, sizeof d));
+    ck_assert_ptr_nonnull(strstr(d, "buffers"));
+    cpu.buffers = b;
+    model_t *m = model_cpu_ops.create(&s, &cpu, 2, p, g, d, sizeof d);
+    ck_assert_msg(m != NULL, "%s", d);
+    loss_of(m, x, y, 2, NULL);
+    /* the batch's z = x W^T + b, per channel: mean and unbiased variance of 2 samples */
+    for (int c = 0; c < 4; c++) {
+        double z0 = p[12 + c], z1 = p[12 + c];
+        for (int k = 0; k < 3; k++)
+            z0 += (double)p[c * 3 + k] * x[k], z1 += (double)p[c * 3 + k] * x[3 + k];
+        double mu = (z0 + z1) / 2, var = (z0 - mu) * (z0 - mu) + (z1 - mu) * (z1 - mu);
+        ck_assert_double_eq_tol(b[c], 0.1 * mu, 1e-5 * (1 + fabs(mu)));
+        ck_assert_double_eq_tol(b[4 + c], 0.9 + 0.1 * var, 1e-5 * (1 + var));
+    }
+    ck_assert(b[8] == 1.0f);
+    float keep[9];
+    memcpy(keep, b, sizeof keep);
+    model_cpu_ops.set_train(m, 0);
+    double l_eval = loss_of(m, x, y, 2, NULL);
+    ck_assert_msg(memcmp(keep, b, sizeof keep) == 0, "eval changed the running statistics");
+    model_cpu_ops.set_train(m, 1);
+    ck_assert(loss_of(m, x, y, 2, NULL) != l_eval);
+    ck_assert(b[8] == 2.0f);
+    model_cpu_ops.destroy(m);
 }
 END_TEST
 
@@ -265,7 +352,7 @@ static void stages_exact(const model_spec_t *s, int S, const int *first, int B)
     for (int i = 0; i < B; i++)
         y[i] = (uint8_t)(i * 7 % s->classes);
     char err[128];
-    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL, 0, 0};
+    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL, 0, 0, NULL, NULL};
     model_t *whole = model_cpu_ops.create(s, &cpu, B, params, grads, err, sizeof err);
     ck_assert_msg(whole != NULL, "%s", err);
     double correct, loss = loss_of(whole, x, y, B, &correct);
@@ -314,7 +401,7 @@ static void stages_exact(const model_spec_t *s, int S, const int *first, int B)
 
 START_TEST(pipeline_stages)
 {
-    model_spec_t s = {MODEL_MLP, 12, 4, 3, {9, 7, 5}};
+    model_spec_t s = {MODEL_MLP, 12, 4, 3, {9, 7, 5}, 0};
     const int two[] = {0, 2, 4}, three[] = {0, 1, 3, 4}, four[] = {0, 1, 2, 3, 4};
     stages_exact(&s, 2, two, 6);
     stages_exact(&s, 3, three, 5);
@@ -325,7 +412,7 @@ END_TEST
 START_TEST(pipeline_partition)
 {
     int f[MODEL_MAX_LAYERS + 1];
-    model_spec_t a = {MODEL_MLP, 784, 10, 2, {256, 128}};
+    model_spec_t a = {MODEL_MLP, 784, 10, 2, {256, 128}, 0};
     model_partition(&a, 2, f); /* layer 0 outweighs the others together */
     ck_assert(f[0] == 0 && f[1] == 1 && f[2] == 3);
     model_partition(&a, 3, f);
@@ -333,7 +420,7 @@ START_TEST(pipeline_partition)
     model_partition(&a, 1, f);
     ck_assert(f[0] == 0 && f[1] == 3);
     /* equal widths: layer 0 has no input gradient (2/3 of the others) */
-    model_spec_t b = {MODEL_MLP, 100, 100, 3, {100, 100, 100}};
+    model_spec_t b = {MODEL_MLP, 100, 100, 3, {100, 100, 100}, 0};
     model_partition(&b, 2, f); /* {0,1} {2,3}: 100k, 120k */
     ck_assert(f[0] == 0 && f[1] == 2 && f[2] == 4);
     options_t o;
@@ -347,7 +434,7 @@ END_TEST
 
 START_TEST(model_layout)
 {
-    model_spec_t s = {MODEL_MLP, 784, 10, 2, {1024, 1024}};
+    model_spec_t s = {MODEL_MLP, 784, 10, 2, {1024, 1024}, 0};
     char name[32], d[96];
     int ndim;
     int64_t shape[2];
@@ -361,7 +448,7 @@ START_TEST(model_layout)
     ck_assert_uint_eq(model_param_count(&s), 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 10250);
     model_describe(&s, d, sizeof d);
     ck_assert_str_eq(d, "mlp 784-1024-1024-10 (1863690 params)");
-    model_spec_t l = {MODEL_LINEAR, 784, 10, 0, {0}};
+    model_spec_t l = {MODEL_LINEAR, 784, 10, 0, {0}, 0};
     model_param_desc(&l, 1, name, &ndim, shape);
     ck_assert_str_eq(name, "fc.bias");
     /* loss of uniform logits is log(classes), the argmax of ties is class 0 */
@@ -369,8 +456,8 @@ START_TEST(model_layout)
     float x[784] = {0};
     uint8_t y = 3, bad = 10;
     double correct = -1;
-    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL, 0, 0},
-                  half = {-1, NULL, PRECISION_BF16, NULL, 0, 0};
+    model_place_t cpu = {-1, NULL, PRECISION_FP32, NULL, 0, 0, NULL, NULL},
+                  half = {-1, NULL, PRECISION_BF16, NULL, 0, 0, NULL, NULL};
     ck_assert_ptr_null(model_cpu_ops.create(&l, &half, 1, p, g, d, sizeof d));
     ck_assert_ptr_nonnull(strstr(d, "fp32 only"));
     model_t *m = model_cpu_ops.create(&l, &cpu, 1, p, g, d, sizeof d);
@@ -458,6 +545,8 @@ static Suite *trainer_suite(void)
     t = tcase_create("models");
     tcase_add_test(t, grad_linear);
     tcase_add_test(t, grad_mlp);
+    tcase_add_test(t, grad_mlp_batchnorm);
+    tcase_add_test(t, model_batchnorm);
     tcase_add_test(t, model_layout);
     tcase_add_test(t, pipeline_stages);
     tcase_add_test(t, pipeline_partition);

@@ -6,7 +6,10 @@
 # attribute equals zlib.crc32 of its data, and the model fingerprint
 # recomputed as doc/checkpoint.md describes equals the stored one; a
 # pipelined trainer's checkpoint is bitwise the unsplit trainer's (and torch,
-# where installed, loads its model).
+# where installed, loads its model); with torch installed, a trainer's
+# --batchnorm checkpoint loads strictly into a torch module of Linear,
+# BatchNorm1d and ReLU layers, which in eval mode scores the trainer's test
+# accuracy on the test set, sample for sample.
 . "$(dirname "$0")/lib.sh"
 TRAIN="$top_builddir/tests/mpi_ckpt_train"
 mpirun_t 2 "$TRAIN" --dir "$TMP/ck" --steps 6 --save-every 6 --optim adamw --dim 37 \
@@ -131,6 +134,66 @@ else:
     msg += " (no torch here: load_state_dict not tried)"
 print(msg)
 PYEOF
+    checked=$((checked + 1))
+fi
+
+# --- batchnorm: torch's nn.BatchNorm1d takes the trainer's parameters and
+# running statistics by their state_dict names and evaluates as the trainer
+TPY=
+for p in python3 /usr/bin/python3; do
+    "$p" -c 'import torch, h5py, numpy' 2>/dev/null && { TPY=$p; break; }
+done
+if [ -z "$TPY" ] || [ ! -x "$TRAINER" ] ||
+    { [ ! -e "$DATA/t10k-labels-idx1-ubyte.gz" ] && [ ! -e "$DATA/t10k-labels-idx1-ubyte" ]; }; then
+    echo "SKIP part: the batchnorm checkpoint in torch (needs torch with h5py, the trainer and Fashion-MNIST in $DATA)"
+else
+    mpirun_t 2 "$TRAINER" --data "$DATA" --device cpu --hidden 32,16 --batchnorm --threads 1 --seed 4 \
+        --batch-size 32 --max-steps 60 --ckpt-every 60 --ckpt-dir "$TMP/bn" --quiet >"$TMP/bn.out" 2>&1 ||
+        { cat "$TMP/bn.out"; fail "--batchnorm trainer run"; }
+    acc=$(sed -n 's/^final: test_acc=\([0-9.]*\) .*/\1/p' "$TMP/bn.out")
+    [ -n "$acc" ] || { cat "$TMP/bn.out"; fail "no final line"; }
+    "$TPY" - "$TMP/bn/ckpt-00000060.h5" "$DATA" "$acc" <<'PYEOF' || fail "torch BatchNorm1d check"
+import gzip, os, sys
+import h5py, numpy as np, torch
+from torch import nn
+f = h5py.File(sys.argv[1], "r")
+class Net(nn.Module):
+    def __init__(self, dims):
+        super().__init__()
+        self.n = len(dims) - 1
+        for i in range(self.n):
+            setattr(self, "fc%d" % (i + 1), nn.Linear(dims[i], dims[i + 1]))
+            if i < self.n - 1:
+                setattr(self, "bn%d" % (i + 1), nn.BatchNorm1d(dims[i + 1]))
+    def forward(self, x):
+        for i in range(1, self.n):
+            x = torch.relu(getattr(self, "bn%d" % i)(getattr(self, "fc%d" % i)(x)))
+        return getattr(self, "fc%d" % self.n)(x)
+m = Net([784, 32, 16, 10])
+sd = {k: torch.from_numpy(np.array(f["model/" + k][...])) for k in f["model"].keys()}
+assert sorted(sd) == sorted(m.state_dict()), (sorted(sd), sorted(m.state_dict()))
+assert sd["bn1.num_batches_tracked"].dim() == 0 and float(sd["bn1.num_batches_tracked"]) == 60
+m.load_state_dict(sd, strict=True)
+assert torch.equal(m.bn2.running_var, sd["bn2.running_var"])
+def idx(name):
+    p = os.path.join(sys.argv[2], name)
+    raw = gzip.open(p + ".gz").read() if os.path.exists(p + ".gz") else open(p, "rb").read()
+    return raw
+img, lab = idx("t10k-images-idx3-ubyte"), idx("t10k-labels-idx1-ubyte")
+n = int.from_bytes(lab[4:8], "big")
+y = np.frombuffer(lab, np.uint8, n, 8)
+# the trainer's normalization, in float32 as idx.c computes it
+lut = (np.arange(256, dtype=np.float32) / np.float32(255) - np.float32(0.2860)) / np.float32(0.3530)
+x = lut[np.frombuffer(img, np.uint8, n * 784, 16)].reshape(n, 784)
+m.eval()
+with torch.no_grad():
+    hits = int((m(torch.from_numpy(x)).argmax(1).numpy() == y).sum())
+want = round(float(sys.argv[3]) * n)
+print("torch %s, eval mode: %d of %d test samples right, the trainer's test_acc %s (%d)"
+      % (torch.__version__, hits, n, sys.argv[3], want))
+assert hits == want, (hits, want)
+PYEOF
+    echo "ok: torch's BatchNorm1d loads the --batchnorm checkpoint strictly and scores test_acc $acc"
     checked=$((checked + 1))
 fi
 [ $checked -gt 0 ] || skip "neither h5dump nor Python's h5py is installed"

@@ -20,6 +20,7 @@
  *    optimizer state on the device, load: parameters and every state tensor
  *    bitwise as saved, the optimizer's step count and the step restored;
  *  - DDPC_SHARD=optim and grads are refused (DDPC_ERR_UNSUPPORTED) on a device engine.
+ *  - ddpc_batchnorm_stats on device memory equals its host path.
  * Without a usable CUDA device it is skipped (exit 77 on every rank).
  * GPU_TEST_ON_HOST=1 runs the same on host memory (backend mpi, the CPU
  * optimizer): a check of this program itself on a machine without a GPU.
@@ -348,6 +349,55 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
     ddpc_ddp_destroy(d);
 }
 
+/* Synchronized batch norm on device memory: every rank's statistics (means
+ * about 1e4, counts past 2^24 on rank 0) combined by the device path (pack
+ * and combine kernels around the device all-gather) equal the host path's
+ * on the world communicator within 1e-6 relative (bitwise under the
+ * emulation, whose twins round as the host loop does), the same bytes on
+ * every rank, and the count exact. Bad arguments refused. */
+static void check_batchnorm(ddpc_comm_t c)
+{
+    enum { C = 300 }; /* more than one block of the kernels */
+    snprintf(label, sizeof label, "%s batchnorm", ddpc_backend_name(ddpc_comm_backend(c)));
+    float hm[C], hv[C], dm[C], dv[C];
+    for (int k = 0; k < C; k++) {
+        hm[k] = 1e4f + 0.01f * (float)k + 0.001f * (float)rank;
+        hv[k] = 0.1f + 0.002f * (float)((k + rank) % 7);
+    }
+    int64_t count = rank == 0 ? ((int64_t)1 << 25) + 3 : 1000 + rank;
+    size_t nw = ddpc_batchnorm_workspace(c, C);
+    float *dmean = dalloc(C * sizeof(float)), *dvar = dalloc(C * sizeof(float));
+    float *dwork = dalloc(nw * sizeof(float)), *hwork = halloc(nw * sizeof(float));
+    double *dtotal = dalloc(sizeof(double)), dt = 0, ht = 0;
+    upload(dmean, hm, sizeof hm);
+    upload(dvar, hv, sizeof hv);
+    OK(ddpc_batchnorm_stats(c, C, count, dmean, dvar, dtotal, dwork));
+    download(dm, dmean, sizeof dm);
+    download(dv, dvar, sizeof dv);
+    download(&dt, dtotal, sizeof dt);
+    OK(ddpc_batchnorm_stats(world, C, count, hm, hv, &ht, hwork));
+    double want = (double)(((int64_t)1 << 25) + 3);
+    for (int r = 1; r < size; r++)
+        want += 1000 + r;
+    if (dt != want || ht != want)
+        FAILF("total: device %.17g, host %.17g, expected %.17g", dt, ht, want);
+    double wm = EXPECT_CLOSE("mean (device vs host)", dm, hm, C, 1e-6);
+    double wv = EXPECT_CLOSE("var (device vs host)", dv, hv, C, 1e-6);
+    if (rank == 0)
+        printf("%s: %s: %d channels, %.0f samples, worst relative difference from the host "
+               "path: mean %.3g, var %.3g (tolerance 1e-06)\n",
+               prog, label, C, dt, wm, wv);
+    EXPECT_SAME_ON_ALL_RANKS("device means", dm, sizeof dm);
+    EXPECT_SAME_ON_ALL_RANKS("device variances", dv, sizeof dv);
+    EXPECT_STATUS(ddpc_batchnorm_stats(c, 0, count, dmean, dvar, NULL, dwork), DDPC_ERR_INVALID);
+    EXPECT_STATUS(ddpc_batchnorm_stats(c, C, count, dmean, NULL, NULL, dwork), DDPC_ERR_INVALID);
+    dfree(dmean);
+    dfree(dvar);
+    dfree(dwork);
+    dfree(dtotal);
+    free(hwork);
+}
+
 static void run_backend(ddpc_backend_t be)
 {
     ddpc_comm_t c;
@@ -370,6 +420,7 @@ static void run_backend(ddpc_backend_t be)
             FAILF("the refusal does not name DDPC_SHARD: %s", d ? ddpc_ddp_last_error(d) : "");
         ddpc_ddp_destroy(d);
     }
+    check_batchnorm(c);
     OK(ddpc_comm_synchronize(c, -1));
     ddpc_comm_destroy(c);
 }

@@ -129,8 +129,8 @@ static void run(const char *name, const model_spec_t *s, model_precision_t prec,
         CU(cudaMemcpy(dscale, &scale, sizeof(double), cudaMemcpyHostToDevice));
     }
     char err[512];
-    model_place_t cw = {-1, NULL, PRECISION_FP32, NULL, 0, 0};
-    model_place_t gw = {device, stream, prec, dscale, 0, 0};
+    model_place_t cw = {-1, NULL, PRECISION_FP32, NULL, 0, 0, NULL, NULL};
+    model_place_t gw = {device, stream, prec, dscale, 0, 0, NULL, NULL};
     model_t *cm = model_cpu_ops.create(s, &cw, maxB, hp, cg, err, sizeof err);
     model_t *gm = model_cuda_ops.create(s, &gw, maxB, dp, dg, err, sizeof err);
     if (!cm || !gm) {
@@ -217,9 +217,9 @@ int main(void)
     }
     const int Bs[] = {64, 64, 37, 1, 128}; /* alternating slots, a partial and a single batch */
     const int nb = (int)(sizeof Bs / sizeof Bs[0]);
-    model_spec_t lin = {MODEL_LINEAR, 784, 10, 0, {0}};
-    model_spec_t mlp = {MODEL_MLP, 784, 10, 2, {256, 128}};
-    model_spec_t odd = {MODEL_MLP, 50, 7, 3, {33, 130, 5}}; /* unaligned widths */
+    model_spec_t lin = {MODEL_LINEAR, 784, 10, 0, {0}, 0};
+    model_spec_t mlp = {MODEL_MLP, 784, 10, 2, {256, 128}, 0};
+    model_spec_t odd = {MODEL_MLP, 50, 7, 3, {33, 130, 5}, 0}; /* unaligned widths */
     run("linear fp32", &lin, PRECISION_FP32, Bs, nb, 1e-4, 1e-5, 0, 0, stream);
     run("mlp fp32 fused", &mlp, PRECISION_FP32, Bs, nb, 1e-4, 1e-5, 0, 0, stream);
     run("mlp fp32 unfused", &mlp, PRECISION_FP32, Bs, nb, 1e-4, 1e-5, 1, 0, stream);

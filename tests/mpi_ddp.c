@@ -6,7 +6,9 @@
  * float tolerance, and be bitwise identical across ranks after every step.
  * Also: accumulation, unused parameters, errors, compression, bucket plans,
  * clipping, loss scaling and the update rules against hand-computed values;
- * the sharded optimizer (DDPC_SHARD=optim) bitwise the unsharded one. */
+ * the sharded optimizer (DDPC_SHARD=optim) bitwise the unsharded one;
+ * synchronized batch norm's statistics against two passes over every rank's
+ * samples. */
 #include "linear_model.h"
 #include "mpitest.h"
 
@@ -682,6 +684,125 @@ START_TEST(shard_setting)
     ck_assert_int_eq(ddpc_ddp_create(T_comm, &dc, &d), DDPC_ERR_INVALID);
     ddpc_ddp_destroy(d);
     unsetenv("DDPC_SHARD");
+/* ------------------------------------------------------------ batch norm stats */
+
+/* Sample i of rank r, channel c: 1e4 + c plus a small noise (uniform in
+ * [-0.5, 0.5) times (c + 1)): an offset mean that defeats sum-of-squares
+ * formulas in float. Deterministic, so any rank can regenerate any rank's. */
+static double bn_sample(int r, long i, int c)
+{
+    uint64_t z = ((uint64_t)r << 40) ^ ((uint64_t)i << 4) ^ (uint64_t)c;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    double u = (double)(z >> 11) * 0x1.0p-53 - 0.5;
+    return 1e4 + c + u * (c + 1);
+}
+
+enum { BN_C = 5 };
+
+/* Rank r's sample count: large, different per rank; the last of several
+ * ranks has none when empty_last. */
+static long bn_count(int r, int empty_last)
+{
+    return empty_last && T_size > 1 && r == T_size - 1 ? 0 : 150000 + 7919L * r;
+}
+
+/* Two passes in double over samples [0, n) of the ranks in [r0, r1). */
+static void bn_two_pass(int r0, int r1, int empty_last, double mean[BN_C], double var[BN_C])
+{
+    for (int c = 0; c < BN_C; c++) {
+        double s = 0, n = 0, m2 = 0;
+        for (int r = r0; r < r1; r++)
+            for (long i = 0; i < bn_count(r, empty_last); i++)
+                s += bn_sample(r, i, c), n++;
+        mean[c] = n > 0 ? s / n : 0;
+        for (int r = r0; r < r1; r++)
+            for (long i = 0; i < bn_count(r, empty_last); i++) {
+                double d = bn_sample(r, i, c) - mean[c];
+                m2 += d * d;
+            }
+        var[c] = n > 0 ? m2 / n : 0;
+    }
+}
+
+static void check_bn_stats(int empty_last)
+{
+    float mean[BN_C], var[BN_C];
+    double lm[BN_C], lv[BN_C], gm[BN_C], gv[BN_C], total = -1;
+    bn_two_pass(T_rank, T_rank + 1, empty_last, lm, lv);
+    for (int c = 0; c < BN_C; c++)
+        mean[c] = (float)lm[c], var[c] = (float)lv[c];
+    size_t nw = ddpc_batchnorm_workspace(T_comm, BN_C);
+    ck_assert_uint_eq(nw, ((size_t)T_size + 1) * (2 * BN_C + 2));
+    float *work = malloc(nw * sizeof *work);
+    T_OK(ddpc_batchnorm_stats(T_comm, BN_C, bn_count(T_rank, empty_last), mean, var, &total,
+                              work));
+    free(work);
+    bn_two_pass(0, T_size, empty_last, gm, gv);
+    double n = 0;
+    for (int r = 0; r < T_size; r++)
+        n += (double)bn_count(r, empty_last);
+    ck_assert_msg(total == n, "rank %d: total %.17g, expected %.17g", T_rank, total, n);
+    for (int c = 0; c < BN_C; c++) {
+        /* the inputs are floats: a mean of 1e4 carries 5e-4 of rounding */
+        ck_assert_msg(fabs(mean[c] - gm[c]) <= 1e-3, "rank %d channel %d: mean %.9g, expected %.9g",
+                      T_rank, c, mean[c], gm[c]);
+        ck_assert_msg(fabs(var[c] - gv[c]) <= 1e-4 * gv[c],
+                      "rank %d channel %d: var %.9g, expected %.9g (two passes)", T_rank, c,
+                      var[c], gv[c]);
+    }
+    assert_identical_across_ranks(mean, BN_C, "batchnorm means", 0);
+    assert_identical_across_ranks(var, BN_C, "batchnorm variances", 0);
+}
+
+START_TEST(batchnorm_stats_two_pass) { check_bn_stats(0); }
+END_TEST
+
+START_TEST(batchnorm_stats_empty_rank) { check_bn_stats(1); }
+END_TEST
+
+/* Counts past 2^24 (a float's exact integers) stay exact, and the weights
+ * follow them: rank r has 2^30 + r samples of mean r and variance 1. */
+START_TEST(batchnorm_stats_large_counts)
+{
+    float mean[1] = {(float)T_rank}, var[1] = {1.0f};
+    float *work = malloc(ddpc_batchnorm_workspace(T_comm, 1) * sizeof *work);
+    double total = 0, n = 0, s = 0, m2 = 0;
+    T_OK(ddpc_batchnorm_stats(T_comm, 1, ((int64_t)1 << 30) + T_rank, mean, var, &total, work));
+    free(work);
+    for (int r = 0; r < T_size; r++)
+        n += (double)(((int64_t)1 << 30) + r), s += (double)(((int64_t)1 << 30) + r) * r;
+    for (int r = 0; r < T_size; r++) {
+        double nr = (double)(((int64_t)1 << 30) + r), d = r - s / n;
+        m2 += nr * (1.0 + d * d);
+    }
+    ck_assert_msg(total == n, "total %.17g, expected %.17g", total, n);
+    ck_assert_msg(fabs(mean[0] - s / n) <= 1e-6 * (1 + s / n), "mean %.9g, expected %.9g",
+                  mean[0], s / n);
+    ck_assert_msg(fabs(var[0] - m2 / n) <= 1e-6 * m2 / n, "var %.9g, expected %.9g", var[0],
+                  m2 / n);
+}
+END_TEST
+
+START_TEST(batchnorm_stats_bad_arguments)
+{
+    float m[2] = {0}, v[2] = {0}, w[64];
+    ck_assert_int_eq(ddpc_batchnorm_stats(T_comm, 0, 1, m, v, NULL, w), DDPC_ERR_INVALID);
+    ck_assert_msg(strstr(ddpc_last_error(T_rt), "channels is 0"), "%s", ddpc_last_error(T_rt));
+    ck_assert_int_eq(ddpc_batchnorm_stats(T_comm, -3, 1, m, v, NULL, w), DDPC_ERR_INVALID);
+    ck_assert_int_eq(ddpc_batchnorm_stats(T_comm, 2, -1, m, v, NULL, w), DDPC_ERR_INVALID);
+    ck_assert_msg(strstr(ddpc_last_error(T_rt), "count is -1"), "%s", ddpc_last_error(T_rt));
+    ck_assert_int_eq(ddpc_batchnorm_stats(T_comm, 2, 1, NULL, v, NULL, w), DDPC_ERR_INVALID);
+    ck_assert_msg(strstr(ddpc_last_error(T_rt), "mean is NULL"), "%s", ddpc_last_error(T_rt));
+    ck_assert_int_eq(ddpc_batchnorm_stats(T_comm, 2, 1, m, NULL, NULL, w), DDPC_ERR_INVALID);
+    ck_assert_int_eq(ddpc_batchnorm_stats(T_comm, 2, 1, m, v, NULL, NULL), DDPC_ERR_INVALID);
+    ck_assert_msg(strstr(ddpc_last_error(T_rt), "work is NULL"), "%s", ddpc_last_error(T_rt));
+    ck_assert_int_eq(ddpc_batchnorm_stats(NULL, 2, 1, m, v, NULL, w), DDPC_ERR_INVALID);
+    ck_assert_uint_eq(ddpc_batchnorm_workspace(NULL, 2), 0);
+    ck_assert_uint_eq(ddpc_batchnorm_workspace(T_comm, 0), 0);
+    /* nothing was sent: the communicator still works */
+    T_OK(ddpc_barrier(T_comm));
 }
 END_TEST
 
@@ -842,12 +963,17 @@ static Suite *ddp_suite(void)
     tcase_add_test(sh, shard_setting);
     suite_add_tcase(s, sh);
     TCase *lim = tcase_create("limits");
+    tcase_set_timeout(lim, 60);
     tcase_add_test(lim, bucket_plans);
+    tcase_add_test(lim, batchnorm_stats_two_pass);
+    tcase_add_test(lim, batchnorm_stats_empty_rank);
+    tcase_add_test(lim, batchnorm_stats_large_counts);
     suite_add_tcase(s, lim);
     TCase *bad = tcase_create("bad input");
     tcase_add_test(bad, missing_gradient_fails_every_rank);
     tcase_add_test(bad, ready_twice_is_named);
     tcase_add_test(bad, model_mismatch_named_on_every_rank);
+    tcase_add_test(bad, batchnorm_stats_bad_arguments);
     tcase_add_test(bad, buffer_names_and_mismatch);
     suite_add_tcase(s, bad);
     return s;

@@ -6,6 +6,8 @@
 #  - --metrics on a full device (/dev/full): a warning once, exit 1 at the end
 #  - a checkpoint directory that cannot be written (a dangling link, a file in
 #    its path, read-only): exit 1 at the start, before training
+#  - --batchnorm/--sync-bn misused (--sync-bn alone, --batchnorm with
+#    pipeline stages): one message, exit 2, no training
 #  - cuda (the CUDA model and a device, or the emulation): fp16 and --clip
 #    with pipeline stages refused once, exit 2; --cuda-graph on with stages trains without
 #    graphs, saying so once
@@ -86,6 +88,20 @@ if [ "$(id -u)" -ne 0 ] || [ -n "$as" ]; then
 else
     echo "SKIP (part): root without setpriv or a nobody user: a directory root cannot write cannot be made"
 fi
+
+# --- batchnorm options misused: exit 2, one message, nothing trained
+bn_refused() { # PATTERN ARGS...
+    local pat=$1 rc; shift
+    # shellcheck disable=SC2086
+    mpirun_t 2 "$TRAINER" $COMMON --ckpt-dir none "$@" >"$TMP/out" 2>&1; rc=$?
+    [ "$rc" -eq 2 ] || { cat "$TMP/out"; fail "$*: exit $rc, expected 2"; }
+    [ "$(grep -Ec -- "$pat" "$TMP/out")" -eq 1 ] || { cat "$TMP/out"; fail "$*: not one /$pat/"; }
+    if grep -q '^epoch \|^final' "$TMP/out"; then cat "$TMP/out"; fail "$*: it trained"; fi
+    echo "ok (rc=2): $* -> $(grep -E -m1 -- "$pat" "$TMP/out")"
+}
+bn_refused '^trainer: --sync-bn: needs --batchnorm' --sync-bn
+bn_refused '^trainer: --batchnorm: not with --pipeline-stages/--micro-batches' --batchnorm \
+    --hidden 16,16 --pipeline-stages 2
 
 # --- pipelines on cuda (where the trainer has the CUDA model and sees a
 # device, the emulation's included): fp16 with stages is refused once, exit

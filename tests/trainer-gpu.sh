@@ -9,6 +9,9 @@
 #  - --cuda-graph on (nccl: a GPU per rank): bitwise the eager run's result;
 #  - --grad-accum 2 at half the batch: the same training up to rounding;
 #  - stopped at step S and resumed: bitwise the uninterrupted run;
+#  - --batchnorm and --sync-bn: each ends where the CPU trainer's ends;
+#    --sync-bn with --cuda-graph on bitwise its eager run; a --batchnorm run
+#    stopped and resumed is bitwise the uninterrupted one;
 #  - a device checkpoint resumed by the CPU trainer, and a CPU checkpoint by
 #    the CUDA trainer: each ends where the uninterrupted run of the other
 #    kind ends (within tolerance), which needs the optimizer state to travel;
@@ -99,6 +102,30 @@ run first --device cuda --precision bf16 --max-steps "$HALF" --ckpt-dir "$TMP/c2
 run resumed --device cuda --precision bf16 --max-steps "$STEPS" --ckpt-dir "$TMP/c2"
 grep -Eq 'resum' "$TMP/resumed.log" || { cat "$TMP/resumed.log"; fail "resumed: no resume said"; }
 same_crc resumed whole
+
+# BatchNorm1d (--hidden 64,32: two BN layers): cuda ends where the cpu ends,
+# per rank's own statistics and with --sync-bn (statistics through the device
+# communicator); a cuda --batchnorm run stopped at HALF and resumed is bitwise
+# the uninterrupted one (the running statistics travel in the checkpoint:
+# the evaluation, which reads them, is equal too)
+run bncpu --device cpu --hidden 64,32 --batchnorm --max-steps "$STEPS" --ckpt-dir none
+run bn --device cuda --hidden 64,32 --batchnorm --max-steps "$STEPS" --ckpt-dir "$TMP/bn1"
+close bn bncpu 0.01 0.01
+run sbcpu --device cpu --hidden 64,32 --batchnorm --sync-bn --max-steps "$STEPS" --ckpt-dir none
+run sb --device cuda --hidden 64,32 --batchnorm --sync-bn --max-steps "$STEPS" --ckpt-dir none
+close sb sbcpu 0.01 0.01
+run sbgraphs --device cuda --hidden 64,32 --batchnorm --sync-bn --max-steps "$STEPS" --ckpt-dir none \
+    --cuda-graph on
+if grep -q 'without CUDA graphs' "$TMP/sbgraphs.log"; then
+    echo "sbgraphs: not captured here: $(grep -m1 'without CUDA graphs' "$TMP/sbgraphs.log")"
+else
+    same_crc sbgraphs sb # the statistics' all-gather and the backward's all-reduce captured too
+fi
+run bnfirst --device cuda --hidden 64,32 --batchnorm --max-steps "$HALF" --ckpt-dir "$TMP/bn2"
+run bnresumed --device cuda --hidden 64,32 --batchnorm --max-steps "$STEPS" --ckpt-dir "$TMP/bn2"
+same_crc bnresumed bn
+[ "$(final_field "$TMP/bnresumed.log" test_loss)" = "$(final_field "$TMP/bn.log" test_loss)" ] ||
+    fail "bnresumed: the evaluation differs from the uninterrupted run's (running statistics?)"
 
 # across kinds, SGD with momentum: the state must travel with the parameters
 run gfirst --device cuda --max-steps "$HALF" --ckpt-dir "$TMP/g"

@@ -19,6 +19,7 @@ dist_man_MANS = \
 dist_man_MANS += \
 	doc/man/ddpc_abort.3 \
 	doc/man/ddpc_allreduce.3 \
+	doc/man/ddpc_batchnorm_stats.3 \
 	doc/man/ddpc_broadcast.3 \
 	doc/man/ddpc_build_info.3 \
 	doc/man/ddpc_ckpt_load.3 \

@@ -391,3 +391,73 @@ extern "C" cudaError_t ddpc_cuda_scale(float *x, size_t n, float scale, cudaStre
     scale_kernel<<<grid_for(n, kMaxGrid), kThreads, 0, stream>>>(x, n, scale);
     return cudaGetLastError();
 }
+
+/* ------------------------------------------------------- synchronized batch norm */
+
+/* grid ceil((C + 1) / kThreads) x kThreads; thread c < C copies channel c,
+ * thread 0 the count */
+__global__ void bn_pack_kernel(float hi, float lo, const float *mean, const float *var, int C,
+                               float *send)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c == 0) {
+        send[0] = hi;
+        send[1] = lo;
+    }
+    if (c < C) {
+        send[2 + c] = mean[c];
+        send[2 + C + c] = var[c];
+    }
+}
+
+/* grid ceil(C / kThreads) x kThreads; thread c combines channel c over the
+ * ranks in order (batchnorm.c's bn_combine_host) */
+__global__ void bn_combine_kernel(const float *recv, int size, int C, float *mean, float *var,
+                                  double *total)
+{
+    const size_t row = 2 * (size_t)C + 2;
+    const double split = 16777216.0;
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c == 0 && total) {
+        double n = 0;
+        for (int r = 0; r < size; r++)
+            n += (double)recv[(size_t)r * row] * split + (double)recv[(size_t)r * row + 1];
+        *total = n;
+    }
+    if (c >= C)
+        return;
+    double na = 0, ma = 0, m2a = 0;
+    for (int r = 0; r < size; r++) {
+        const float *b = recv + (size_t)r * row;
+        double nb = (double)b[0] * split + (double)b[1];
+        if (nb <= 0)
+            continue;
+        double mb = b[2 + c], m2b = (double)b[2 + C + c] * nb;
+        double nab = na + nb, delta = mb - ma;
+        ma += delta * (nb / nab);
+        m2a += m2b + delta * delta * (na * nb / nab);
+        na = nab;
+    }
+    mean[c] = na > 0 ? (float)ma : 0.0f;
+    var[c] = na > 0 ? (float)(m2a / na) : 0.0f;
+}
+
+extern "C" cudaError_t ddpc_cuda_bn_pack(float hi, float lo, const float *mean, const float *var,
+                                         int C, float *send, cudaStream_t stream)
+{
+    if (C <= 0 || !mean || !var || !send)
+        return cudaErrorInvalidValue;
+    unsigned grid = (unsigned)(((size_t)C + kThreads) / kThreads);
+    bn_pack_kernel<<<grid, kThreads, 0, stream>>>(hi, lo, mean, var, C, send);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ddpc_cuda_bn_combine(const float *recv, int size, int C, float *mean,
+                                            float *var, double *total, cudaStream_t stream)
+{
+    if (C <= 0 || size <= 0 || !recv || !mean || !var)
+        return cudaErrorInvalidValue;
+    unsigned grid = (unsigned)(((size_t)C + kThreads - 1) / kThreads);
+    bn_combine_kernel<<<grid, kThreads, 0, stream>>>(recv, size, C, mean, var, total);
+    return cudaGetLastError();
+}

@@ -83,6 +83,18 @@ cudaError_t ddpc_cuda_unpack_half(const uint16_t *w, float *g, size_t n, int f16
  * n == 0 enqueues nothing. */
 cudaError_t ddpc_cuda_scale(float *x, size_t n, float scale, cudaStream_t stream);
 
+/* Synchronized batch normalization (batchnorm.c, whose host loop is the
+ * twin): pack writes this rank's row of 2C + 2 floats into send, (hi, lo,
+ * mean[0..C), var[0..C)) with the count hi * 2^24 + lo; combine reads the
+ * all-gathered rows recv (size, 2C + 2) and writes the global mean and
+ * biased variance into mean and var, and (total not NULL, one thread) the
+ * global count; Chan's formula in double, ranks in order. One thread per
+ * channel, kThreads per block, on stream. */
+cudaError_t ddpc_cuda_bn_pack(float hi, float lo, const float *mean, const float *var, int C,
+                              float *send, cudaStream_t stream);
+cudaError_t ddpc_cuda_bn_combine(const float *recv, int size, int C, float *mean, float *var,
+                                 double *total, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # src/ddp: the DDP engine (registry, bucket plan, reducer) and the optimizers.
 include_HEADERS += include/ddpc_ddp.h
-libddpc_la_SOURCES += src/ddp/ddp_internal.h src/ddp/ddp.c src/ddp/reducer.c src/ddp/optim.c
+libddpc_la_SOURCES += src/ddp/ddp_internal.h src/ddp/ddp.c src/ddp/reducer.c src/ddp/optim.c \
+	src/ddp/batchnorm.c
 if HAVE_CUDA
 libddpc_la_SOURCES += src/ddp/cuda_kernels.h
 if HAVE_NVCC

@@ -274,3 +274,86 @@ EMU_API cudaError_t ddpc_cuda_scale(float *x, size_t n, float scale, cudaStream_
     emu_launch(stream, "ddpc_cuda_scale", run_scale, &a, sizeof a);
     return emu_last_error();
 }
+
+/* ------------------------------------------------------- synchronized batch norm */
+
+typedef struct {
+    float hi, lo;
+    const float *mean, *var;
+    float *send, *out_var;
+    const float *recv;
+    double *total;
+    int C, size;
+} bn_t;
+
+static void run_bn_pack(void *arg)
+{
+    const bn_t *a = arg;
+    a->send[0] = a->hi;
+    a->send[1] = a->lo;
+    memcpy(a->send + 2, a->mean, (size_t)a->C * 4);
+    memcpy(a->send + 2 + a->C, a->var, (size_t)a->C * 4);
+}
+
+/* the kernel's loop: channel by channel, ranks in order, in double */
+static void run_bn_combine(void *arg)
+{
+    const bn_t *a = arg;
+    const size_t row = 2 * (size_t)a->C + 2;
+    const double split = 16777216.0;
+    float *mean = (float *)a->mean;
+    if (a->total) {
+        double n = 0;
+        for (int r = 0; r < a->size; r++)
+            n += (double)a->recv[(size_t)r * row] * split + (double)a->recv[(size_t)r * row + 1];
+        *a->total = n;
+    }
+    for (int c = 0; c < a->C; c++) {
+        double na = 0, ma = 0, m2a = 0;
+        for (int r = 0; r < a->size; r++) {
+            const float *b = a->recv + (size_t)r * row;
+            double nb = (double)b[0] * split + (double)b[1];
+            if (nb <= 0)
+                continue;
+            double mb = b[2 + c], m2b = (double)b[2 + a->C + c] * nb;
+            double nab = na + nb, delta = mb - ma;
+            ma += delta * (nb / nab);
+            m2a += m2b + delta * delta * (na * nb / nab);
+            na = nab;
+        }
+        mean[c] = na > 0 ? (float)ma : 0.0f;
+        a->out_var[c] = na > 0 ? (float)(m2a / na) : 0.0f;
+    }
+}
+
+EMU_API cudaError_t ddpc_cuda_bn_pack(float hi, float lo, const float *mean, const float *var,
+                                      int C, float *send, cudaStream_t stream)
+{
+    if (C <= 0 || !mean || !var || !send)
+        return cudaErrorInvalidValue;
+    size_t n = (size_t)C * 4;
+    if (emu_check(mean, n, EMU_DEVICE, "ddpc_cuda_bn_pack", "mean") ||
+        emu_check(var, n, EMU_DEVICE, "ddpc_cuda_bn_pack", "var") ||
+        emu_check(send, 2 * n + 8, EMU_DEVICE, "ddpc_cuda_bn_pack", "send"))
+        return emu_last_error();
+    bn_t a = {hi, lo, mean, var, send, NULL, NULL, NULL, C, 0};
+    emu_launch(stream, "ddpc_cuda_bn_pack", run_bn_pack, &a, sizeof a);
+    return emu_last_error();
+}
+
+EMU_API cudaError_t ddpc_cuda_bn_combine(const float *recv, int size, int C, float *mean,
+                                         float *var, double *total, cudaStream_t stream)
+{
+    if (C <= 0 || size <= 0 || !recv || !mean || !var)
+        return cudaErrorInvalidValue;
+    size_t n = (size_t)C * 4;
+    if (emu_check(recv, (size_t)size * (2 * n + 8), EMU_DEVICE, "ddpc_cuda_bn_combine",
+                  "recv") ||
+        emu_check(mean, n, EMU_DEVICE, "ddpc_cuda_bn_combine", "mean") ||
+        emu_check(var, n, EMU_DEVICE, "ddpc_cuda_bn_combine", "var") ||
+        (total && emu_check(total, 8, EMU_DEVICE, "ddpc_cuda_bn_combine", "total")))
+        return emu_last_error();
+    bn_t a = {0, 0, mean, NULL, NULL, var, recv, total, C, size};
+    emu_launch(stream, "ddpc_cuda_bn_combine", run_bn_combine, &a, sizeof a);
+    return emu_last_error();
+}

@@ -272,3 +272,190 @@ EMU_API cudaError_t mk_bias_grad(void *d, const void *act, cudaDataType_t t, int
     emu_launch(s, call, run_bias_grad, &a, sizeof a);
     return emu_last_error();
 }
+
+/* ------------------------------------------------------------------ BatchNorm1d */
+
+typedef struct {
+    float *z, *xhat, *invstd, *rmean, *rvar, *rcount, *dgamma, *dbeta, *sums;
+    const float *mean, *var, *gamma, *beta, *act, *csums;
+    float *omean, *ovar;
+    const double *total;
+    double eps;
+    float mom;
+    int B, C, train;
+} bn_t;
+
+static void run_bn_stats(void *arg)
+{
+    const bn_t *a = arg;
+    const int B = a->B, C = a->C;
+    for (int c = 0; c < C; c++) {
+        double sum = 0, q = 0;
+        for (int i = 0; i < B; i++)
+            sum += a->z[(size_t)i * C + c];
+        double mu = sum / B;
+        for (int i = 0; i < B; i++) {
+            double d = a->z[(size_t)i * C + c] - mu;
+            q += d * d;
+        }
+        a->omean[c] = (float)mu;
+        a->ovar[c] = (float)(q / B);
+    }
+}
+
+static void run_bn_forward(void *arg)
+{
+    const bn_t *a = arg;
+    const int B = a->B, C = a->C;
+    for (int c = 0; c < C; c++) {
+        float mu, is;
+        if (a->train) {
+            double n = a->total ? *a->total : (double)B;
+            is = (float)(1.0 / sqrt((double)a->var[c] + a->eps));
+            float unbiased = n > 1 ? (float)((double)a->var[c] * n / (n - 1)) : a->var[c];
+            a->rmean[c] = (1.0f - a->mom) * a->rmean[c] + a->mom * a->mean[c];
+            a->rvar[c] = (1.0f - a->mom) * a->rvar[c] + a->mom * unbiased;
+            if (c == 0)
+                a->rcount[0] += 1.0f;
+            mu = a->mean[c];
+            a->invstd[c] = is;
+        } else {
+            mu = a->rmean[c];
+            is = (float)(1.0 / sqrt((double)a->rvar[c] + a->eps));
+        }
+        for (int i = 0; i < B; i++) {
+            size_t k = (size_t)i * C + c;
+            float x = (a->z[k] - mu) * is;
+            if (a->train)
+                a->xhat[k] = x;
+            float y = a->gamma[c] * x + a->beta[c];
+            a->z[k] = y > 0.0f ? y : 0.0f;
+        }
+    }
+}
+
+static void run_bn_backward_sums(void *arg)
+{
+    const bn_t *a = arg;
+    const int B = a->B, C = a->C;
+    for (int c = 0; c < C; c++) {
+        double s0 = 0, s1 = 0;
+        for (int i = 0; i < B; i++) {
+            size_t k = (size_t)i * C + c;
+            float g = a->act[k] > 0.0f ? a->z[k] : 0.0f;
+            a->z[k] = g;
+            s0 += g;
+            s1 += (double)g * a->xhat[k];
+        }
+        a->sums[c] = (float)s0;
+        a->sums[C + c] = (float)s1;
+        a->dbeta[c] += a->sums[c];
+        a->dgamma[c] += a->sums[C + c];
+    }
+}
+
+static void run_bn_backward_dx(void *arg)
+{
+    const bn_t *a = arg;
+    const int B = a->B, C = a->C;
+    const float inv_n = (float)(1.0 / (a->total ? *a->total : (double)B));
+    for (int c = 0; c < C; c++) {
+        const float sdy = a->csums[c] * inv_n, sdx = a->csums[C + c] * inv_n;
+        const float k0 = a->gamma[c] * a->invstd[c];
+        for (int i = 0; i < B; i++) {
+            size_t k = (size_t)i * C + c;
+            a->z[k] = k0 * (a->z[k] - sdy - a->xhat[k] * sdx);
+        }
+    }
+}
+
+/* [p, p + n floats) must be device memory of call */
+static int bn_bad(const void *p, size_t n, const char *call, const char *what)
+{
+    return emu_check(p, n * 4, EMU_DEVICE, call, what) != cudaSuccess;
+}
+
+EMU_API cudaError_t mk_bn_stats(const float *z, int B, int C, float *mean, float *var,
+                                cudaStream_t s)
+{
+    if (B < 1 || C < 1)
+        return cudaErrorInvalidValue;
+    const char *call = "mk_bn_stats";
+    const size_t bc = (size_t)B * (size_t)C;
+    if (bn_bad(z, bc, call, "z") || bn_bad(mean, (size_t)C, call, "mean") ||
+        bn_bad(var, (size_t)C, call, "var"))
+        return emu_last_error();
+    bn_t a;
+    memset(&a, 0, sizeof a);
+    a.z = (float *)z, a.omean = mean, a.ovar = var, a.B = B, a.C = C;
+    emu_launch(s, call, run_bn_stats, &a, sizeof a);
+    return emu_last_error();
+}
+
+EMU_API cudaError_t mk_bn_forward(float *z, int B, int C, int train, const float *mean,
+                                  const float *var, const float *gamma, const float *beta,
+                                  float *rmean, float *rvar, float *rcount, const double *total,
+                                  float momentum, double eps, float *xhat, float *invstd,
+                                  cudaStream_t s)
+{
+    if (B < 1 || C < 1)
+        return cudaErrorInvalidValue;
+    const char *call = "mk_bn_forward";
+    const size_t bc = (size_t)B * (size_t)C, c = (size_t)C;
+    if (bn_bad(z, bc, call, "z") || bn_bad(gamma, c, call, "gamma") ||
+        bn_bad(beta, c, call, "beta") || bn_bad(rmean, c, call, "rmean") ||
+        bn_bad(rvar, c, call, "rvar") ||
+        (train && (bn_bad(mean, c, call, "mean") || bn_bad(var, c, call, "var") ||
+                   bn_bad(rcount, 1, call, "rcount") || bn_bad(xhat, bc, call, "xhat") ||
+                   bn_bad(invstd, c, call, "invstd") ||
+                   (total && emu_check(total, 8, EMU_DEVICE, call, "total")))))
+        return emu_last_error();
+    bn_t a;
+    memset(&a, 0, sizeof a);
+    a.z = z, a.B = B, a.C = C, a.train = train, a.mean = mean, a.var = var, a.gamma = gamma;
+    a.beta = beta, a.rmean = rmean, a.rvar = rvar, a.rcount = rcount, a.total = total;
+    a.mom = momentum, a.eps = eps, a.xhat = xhat, a.invstd = invstd;
+    emu_launch(s, call, run_bn_forward, &a, sizeof a);
+    return emu_last_error();
+}
+
+EMU_API cudaError_t mk_bn_backward_sums(float *d, const float *act, const float *xhat, int B,
+                                        int C, float *dgamma, float *dbeta, float *sums,
+                                        cudaStream_t s)
+{
+    if (B < 1 || C < 1)
+        return cudaErrorInvalidValue;
+    const char *call = "mk_bn_backward_sums";
+    const size_t bc = (size_t)B * (size_t)C, c = (size_t)C;
+    if (bn_bad(d, bc, call, "d") || bn_bad(act, bc, call, "act") ||
+        bn_bad(xhat, bc, call, "xhat") || bn_bad(dgamma, c, call, "dgamma") ||
+        bn_bad(dbeta, c, call, "dbeta") || bn_bad(sums, 2 * c, call, "sums"))
+        return emu_last_error();
+    bn_t a;
+    memset(&a, 0, sizeof a);
+    a.z = d, a.act = act, a.xhat = (float *)xhat, a.B = B, a.C = C, a.dgamma = dgamma;
+    a.dbeta = dbeta, a.sums = sums;
+    emu_launch(s, call, run_bn_backward_sums, &a, sizeof a);
+    return emu_last_error();
+}
+
+EMU_API cudaError_t mk_bn_backward_dx(float *d, const float *xhat, int B, int C,
+                                      const float *gamma, const float *invstd, const float *sums,
+                                      const double *total, cudaStream_t s)
+{
+    if (B < 1 || C < 1)
+        return cudaErrorInvalidValue;
+    const char *call = "mk_bn_backward_dx";
+    const size_t bc = (size_t)B * (size_t)C, c = (size_t)C;
+    if (bn_bad(d, bc, call, "d") || bn_bad(xhat, bc, call, "xhat") ||
+        bn_bad(gamma, c, call, "gamma") || bn_bad(invstd, c, call, "invstd") ||
+        bn_bad(sums, 2 * c, call, "sums") ||
+        (total && emu_check(total, 8, EMU_DEVICE, call, "total")))
+        return emu_last_error();
+    bn_t a;
+    memset(&a, 0, sizeof a);
+    a.z = d, a.xhat = (float *)xhat, a.B = B, a.C = C, a.gamma = gamma, a.invstd = (float *)invstd;
+    a.csums = sums, a.total = total;
+    emu_launch(s, call, run_bn_backward_dx, &a, sizeof a);
+    return emu_last_error();
+}
