@@ -684,6 +684,9 @@ START_TEST(shard_setting)
     ck_assert_int_eq(ddpc_ddp_create(T_comm, &dc, &d), DDPC_ERR_INVALID);
     ddpc_ddp_destroy(d);
     unsetenv("DDPC_SHARD");
+}
+END_TEST
+
 /* ------------------------------------------------------------ batch norm stats */
 
 /* Sample i of rank r, channel c: 1e4 + c plus a small noise (uniform in
