@@ -35,7 +35,7 @@ bench_gemm_bench_SOURCES = bench/gemm_bench.c
 bench_gemm_bench_LDADD = $(BLAS_LIBS) -lm -ldl
 CLEANFILES += bench/ddp_bench$(EXEEXT) bench/gemm_bench$(EXEEXT)
 dist_noinst_SCRIPTS += bench/ddp_bench.sh bench/train_bench.sh bench/torch_ddp.py bench/plot.py \
-	bench/pipe_bench.py bench/timeline_bench.py
+	bench/pipe_bench.py bench/timeline_bench.py bench/shard_bench.py
 EXTRA_DIST += bench/quiet.sh
 
 .PHONY: bench

@@ -359,6 +359,11 @@ def main():
     if tl:
         say("DDPC_TIMELINE's cost, samples/s on over off (bench/timeline_bench.py; the picture in "
             "timeline.png): " + " ".join(f"{k}={v}" for k, v in tl.items()))
+    sb = kv_line(os.path.join(out, "shard_bench.txt"), "shard_summary")
+    if sb:
+        say("DDPC_SHARD (bench/shard_bench.py, the table in shard_bench.txt): samples/s over "
+            "unsharded, RSS saved and optimizer state per rank: " + " ".join(
+                f"{k}={v}" for k, v in sb.items()))
     if a.wall_s is not None:
         say(f"(the whole bench took {a.wall_s / 60:.1f} min; raw runs in {out}/runs, "
             f"json {out}/bench.json)")
@@ -369,7 +374,7 @@ def main():
 
     result = {"machine": m, "trainer_blas": tb, "settings": vars(a), "runs": runs,
               "gemm": gemm, "summary": summary, "scaling": scaling, "check": check,
-              "ckpt": ck, "ddp": dd, "pipe": pp}
+              "ckpt": ck, "ddp": dd, "pipe": pp, "timeline": tl, "shard": sb}
     with open(os.path.join(out, "bench.json"), "w") as f:
         json.dump(result, f, indent=1)
     plots(out, summary, runs, check, impls)

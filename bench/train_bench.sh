@@ -24,6 +24,10 @@
 #   timeline bench/timeline_bench.py: the trainer with DDPC_TIMELINE off and
 #          on, interleaved (the recorder's cost as a ratio), and the picture
 #          BENCH_OUT/timeline.png (TL_REPEATS, TL_STEPS)
+#   shard  bench/shard_bench.py: the trainer (AdamW) under DDPC_SHARD=none,
+#          optim and grads, interleaved: samples/s as ratios to none, the
+#          training RSS per rank and the optimizer state per rank
+#          (SH_REPEATS, SH_STEPS)
 # then bench/plot.py: a markdown table on stdout, BENCH_OUT/bench.json (all
 # raw runs and the summary) and PNG plots. Timings never decide the exit
 # status; a run that fails does (exit 1), and so does a failed same-job check.
@@ -61,7 +65,7 @@ case $builddir in /*) ;; *) builddir=$(cd "$builddir" && pwd) ;; esac
 
 QUICK=${QUICK:-0}
 q() { [ "$QUICK" = 1 ] && echo "$1" || echo "$2"; }
-BENCH_PARTS=${BENCH_PARTS:-gemm train ckpt ddp pipe timeline}
+BENCH_PARTS=${BENCH_PARTS:-gemm train ckpt ddp pipe timeline shard}
 REPEATS=${REPEATS:-$(q 1 5)}
 MODELS=${MODELS:-linear mlp}
 RANKS=${RANKS:-1 2}
@@ -151,6 +155,9 @@ if has pipe; then # pipe_bench.py: 2 + 2 x |MS| runs per repeat, ~5 s each at 40
 fi
 if has timeline; then # timeline_bench.py: 2 runs per repeat, ~10 s each at 200 steps
     total=$((total + 20 * ${TL_REPEATS:-$(q 2 5)}))
+fi
+if has shard; then # shard_bench.py: 3 runs per repeat, ~8 s each at 150 steps
+    total=$((total + 24 * ${SH_REPEATS:-$(q 1 3)}))
 fi
 say "parts: $BENCH_PARTS; repeats $REPEATS of models ($MODELS) x ranks ($RANKS) x ($IMPLS)$([ "$MAX_STEPS" -gt 0 ] && echo ", $MAX_STEPS steps each" || echo ", one epoch each")"
 say "expected time: about $(( (total + 59) / 60 )) min on an idle machine (waits for quiet: up to ${QUIET_WAIT}s more per run); output in $BENCH_OUT"
@@ -358,6 +365,19 @@ if has timeline; then
     printf 'timeline\ttimeline.1\ttimeline\ttimeline_bench\t2\t1\t0\t-\t-\t%s\t%s\ttimeline_bench.txt\n' \
         "$rc" "$((SECONDS - t0))" >> "$INDEX"
     [ "$rc" -eq 0 ] || { say "timeline_bench.py failed (exit $rc)"; failed=1; }
+fi
+
+# ---------------------------------------------------------------- shard
+if has shard; then
+    say "shard: bench/shard_bench.py (in $BENCH_OUT/shard_bench.txt)"
+    t0=$SECONDS
+    NP=2 REPEATS=${SH_REPEATS:-$(q 1 3)} STEPS=${SH_STEPS:-$(q 60 150)} TRAINER=$TRAINER DATA=$DATA \
+        MPIEXEC=$MPIEXEC MPIEXEC_FLAGS="$MPIEXEC_FLAGS $MPIEXEC_BIND" BENCH_OUT=$BENCH_OUT \
+        RUN_TIMEOUT=$RUN_TIMEOUT "$PYTHON" "$srcdir/bench/shard_bench.py"
+    rc=$?
+    printf 'shard\tshard.1\tshard\tshard_bench\t2\t1\t0\t-\t-\t%s\t%s\tshard_bench.txt\n' \
+        "$rc" "$((SECONDS - t0))" >> "$INDEX"
+    [ "$rc" -eq 0 ] || { say "shard_bench.py failed (exit $rc)"; failed=1; }
 fi
 
 # ---------------------------------------------------------------- report
