@@ -333,7 +333,7 @@ static int evaluate(trainer_t *t)
     if (t->pipelined) {
         tr_pipe_reduce(t, sums, 2);
         memcpy(total, sums, sizeof total);
-    } else if (ddpc_allreduce(t->comm, sums, total, 2, DDPC_F64, DDPC_SUM) != DDPC_OK) {
+    } else if (tr_allreduce(t, sums, total, 2, DDPC_F64, DDPC_SUM)) {
         tr_fatal(t, "evaluation", ddpc_last_error(t->rt));
     }
     t->test_loss = total[0] / (double)N;
@@ -470,6 +470,10 @@ static size_t step(trainer_t *t, int k, stats_t *st)
 /* Collective: the result of the stop vote in flight, 0 when none. */
 static int finish_vote(trainer_t *t)
 {
+    if (t->vote_held) { /* the key exchange's vote, taken at the last check */
+        t->vote_held = 0;
+        return t->vote_out;
+    }
     if (!t->vote)
         return 0;
     if (ddpc_work_wait(t->vote, -1) != DDPC_OK)
@@ -482,7 +486,10 @@ static int finish_vote(trainer_t *t)
  * rank? All ranks learn the same answer after the same step. The vote is
  * pipelined: the all-reduce launched after one check runs on the
  * communicator's thread during the next steps and is read at the next check,
- * so no step waits for it; a signal is acted on one check later. */
+ * so no step waits for it; a signal is acted on one check later. Where MPI
+ * is not wired the vote goes through the key exchange (PMIx) at once and is
+ * held until the next check, so that a signal is acted on at the same step
+ * on both paths. */
 static int stop_vote(trainer_t *t)
 {
     if (t->step % t->opt.stop_check_every)
@@ -493,6 +500,12 @@ static int stop_vote(trainer_t *t)
         return any;
     }
     t->vote_in = stop_signal;
+    if (!t->comm) {
+        if (tr_allreduce(t, &t->vote_in, &t->vote_out, 1, DDPC_I32, DDPC_MAX))
+            tr_fatal(t, "stop vote", ddpc_last_error(t->rt));
+        t->vote_held = 1;
+        return 0;
+    }
     if (ddpc_iallreduce(t->comm, &t->vote_in, &t->vote_out, 1, DDPC_I32, DDPC_MAX, &t->vote) !=
         DDPC_OK)
         tr_fatal(t, "stop vote", ddpc_last_error(t->rt));
@@ -514,7 +527,7 @@ static void log_progress(trainer_t *t, stats_t *st, int64_t step_in_epoch, doubl
     if (t->pipelined) {
         tr_pipe_reduce(t, sums, 4);
         memcpy(g, sums, sizeof g);
-    } else if (ddpc_allreduce(t->comm, sums, g, 4, DDPC_F64, DDPC_SUM) != DDPC_OK) {
+    } else if (tr_allreduce(t, sums, g, 4, DDPC_F64, DDPC_SUM)) {
         tr_fatal(t, "log", ddpc_last_error(t->rt));
     }
     memset(st, 0, sizeof *st);
@@ -641,15 +654,21 @@ int main(int argc, char **argv)
         ddpc_finalize(t->rt);
         return TRAINER_EXIT_USAGE;
     }
-    if (!t->comm) { /* DDPC_BACKEND=nccl accepted a launch whose MPI is not wired */
-        fprintf(stderr, "trainer: rank %d: MPI is not wired in this launch (srun --mpi=pmix with "
-                "an MPI that has no PMIx client); the trainer's control messages (agreement, "
-                "evaluation, the stop vote) need it even when gradients go through NCCL: "
-                "launch with srun --mpi=pmi2 or mpiexec\n", t->rank);
+    const options_t *o = &t->opt;
+    /* DDPC_BACKEND=nccl accepted a launch whose MPI is not wired (srun --mpi=pmix, an MPI
+       without a PMIx client): the control messages go through the key exchange, the
+       gradients through NCCL; what needs MPI is refused here, the same on every rank */
+    if (!t->comm && (o->device == DEVICE_CPU || o->pipeline_stages > 1 || o->micro_batches > 1)) {
+        if (t->rank == 0) /* every rank parsed the same argv */
+            fprintf(stderr, "trainer: MPI is not wired in this launch (srun --mpi=pmix with an "
+                    "MPI that has no PMIx client), and %s: launch with srun --mpi=pmi2 or "
+                    "mpiexec, or train with --device cuda and DDPC_BACKEND=nccl\n",
+                    o->device == DEVICE_CPU ? "--device cpu reduces its gradients through MPI"
+                                        : "a pipeline's stages pass activations through MPI "
+                                          "communicators");
         ddpc_finalize(t->rt);
         return TRAINER_EXIT_ERROR;
     }
-    const options_t *o = &t->opt;
     int code = TRAINER_EXIT_ERROR;
     t->S = 1, t->R = t->size, t->stage = 0, t->replica = t->rank;
     t->first_layer[0] = 0, t->first_layer[1] = model_num_layers(&o->model);
@@ -678,10 +697,19 @@ int main(int argc, char **argv)
        theirs (mpiexec -n 2 on a one-GPU machine) every rank stages through MPI */
     const int on_gpu = dev == DEVICE_CUDA;
     int32_t mine[2] = {!on_gpu, on_gpu && t->w->local_size > 1 && ndev == 1}, any[2];
-    if (ddpc_allreduce(t->comm, mine, any, 2, DDPC_I32, DDPC_MAX) != DDPC_OK)
+    if (tr_allreduce(t, mine, any, 2, DDPC_I32, DDPC_MAX))
         ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
     const int all_gpu = !any[0], shared_gpu = any[1];
     (void)shared_gpu; /* read by the CUDA model's branch only */
+    if (!t->comm && (!on_gpu || !all_gpu || shared_gpu)) { /* the same verdict on every rank */
+        if (t->rank == 0)
+            fprintf(stderr, "trainer: MPI is not wired in this launch (srun --mpi=pmix with an "
+                    "MPI that has no PMIx client), and %s: launch with srun --mpi=pmi2 or "
+                    "mpiexec\n", shared_gpu ? "ranks share a GPU (their gradients would be "
+                    "staged through MPI)" : "a rank has no usable GPU (the cpu path reduces "
+                    "its gradients through MPI)");
+        goto out;
+    }
     if (on_gpu && !all_gpu) {
         dev = DEVICE_CPU;
         gpu = -1;

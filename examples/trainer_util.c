@@ -29,13 +29,26 @@ int tr_fail(trainer_t *t, const char *fmt, ...)
     return -1;
 }
 
+/* Collective: the trainer's control messages (the run's agreement, the
+ * evaluation and log sums, the stop vote) over all ranks, on the world
+ * communicator (MPI) or, where MPI is not wired in this launch (srun
+ * --mpi=pmix with an MPI without a PMIx client; the nccl backend carries the
+ * gradients), through the runtime's key exchange (PMIx). 0 on success. */
+int tr_allreduce(trainer_t *t, const void *in, void *out, size_t n, ddpc_dtype_t dt,
+                 ddpc_redop_t op)
+{
+    ddpc_status_t st = t->comm ? ddpc_allreduce(t->comm, in, out, n, dt, op)
+                               : ddpc_kvs_allreduce(t->rt, in, out, n, dt, op);
+    return st != DDPC_OK;
+}
+
 /* Collective: 0 when every rank's rc is 0. Otherwise each failing rank prints
  * its message and every rank returns -1, so all stop together. A failing
  * all-reduce leaves no way to agree: the job is aborted. */
 int tr_agree(trainer_t *t, int rc)
 {
     int32_t mine = rc != 0, any = 0;
-    if (ddpc_allreduce(t->comm, &mine, &any, 1, DDPC_I32, DDPC_MAX) != DDPC_OK)
+    if (tr_allreduce(t, &mine, &any, 1, DDPC_I32, DDPC_MAX))
         ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
     if (mine)
         fprintf(stderr, "%s\n", t->err[0] ? t->err : "trainer: failed (no message)");
@@ -48,7 +61,7 @@ int tr_agree(trainer_t *t, int rc)
 int tr_agree_same(trainer_t *t, int rc)
 {
     int32_t mine[2] = {rc != 0, t->rank == 0 && rc != 0}, any[2] = {0, 0};
-    if (ddpc_allreduce(t->comm, mine, any, 2, DDPC_I32, DDPC_MAX) != DDPC_OK)
+    if (tr_allreduce(t, mine, any, 2, DDPC_I32, DDPC_MAX))
         ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
     if (mine[0] && (t->rank == 0 || !any[1]))
         fprintf(stderr, "%s\n", t->err[0] ? t->err : "trainer: failed (no message)");

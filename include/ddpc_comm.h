@@ -177,6 +177,15 @@ DDPC_API ddpc_status_t ddpc_broadcast(ddpc_comm_t c, void *buf, size_t count, dd
                                       int root);
 DDPC_API ddpc_status_t ddpc_ibroadcast(ddpc_comm_t c, void *buf, size_t count, ddpc_dtype_t dt,
                                        int root, ddpc_work_t *work);
+/* Collective over the whole world, for control messages (flags, counters,
+ * a few sums) in host memory: in[0..count) of every rank reduced with op
+ * into out on every rank, bitwise the same everywhere (rank order). Through
+ * the key exchange (MPI when wired, else PMIx), so it needs no communicator
+ * and works in a launch where ddpc_comm_world is NULL (srun --mpi=pmix with
+ * an MPI without a PMIx client). F32, F64, I32, I64; SUM, MIN, MAX (AVG for
+ * F32 and F64). Not for data: without MPI each call is one PMIx fence. */
+DDPC_API ddpc_status_t ddpc_kvs_allreduce(ddpc_t rt, const void *in, void *out, size_t count,
+                                          ddpc_dtype_t dt, ddpc_redop_t op);
 /* recv holds size * count elements, rank r's block at r * count; send equal
  * to rank r's block of recv is in place (host memory, mpi backend). */
 DDPC_API ddpc_status_t ddpc_allgather(ddpc_comm_t c, const void *send, void *recv, size_t count,

@@ -304,6 +304,41 @@ START_TEST(key_exchange)
 }
 END_TEST
 
+/* ddpc_kvs_allreduce, the control messages' all-reduce of a launch without
+ * MPI: each type and operation against the world communicator's, sums in
+ * rank order (the same bits on every rank), and what it does not reduce. */
+START_TEST(key_exchange_allreduce)
+{
+    const double v = 0.1 * (T_rank + 1) + 1e-17 * T_rank;
+    int32_t i32[3] = {T_rank, -T_rank, 7}, o32[3], w32[3];
+    int64_t i64[2] = {(int64_t)1 << 40 | T_rank, -(int64_t)T_rank}, o64[2];
+    double f64[2] = {v, -v}, of64[2], want = 0;
+    float f32[1] = {(float)v}, of32[1];
+    T_OK(ddpc_kvs_allreduce(T_rt, i32, o32, 3, DDPC_I32, DDPC_SUM));
+    T_OK(ddpc_allreduce(T_comm, i32, w32, 3, DDPC_I32, DDPC_SUM));
+    ck_assert(!memcmp(o32, w32, sizeof o32));
+    T_OK(ddpc_kvs_allreduce(T_rt, i32, o32, 3, DDPC_I32, DDPC_MAX));
+    ck_assert(o32[0] == T_size - 1 && o32[1] == 0 && o32[2] == 7);
+    T_OK(ddpc_kvs_allreduce(T_rt, i64, o64, 2, DDPC_I64, DDPC_MIN));
+    ck_assert(o64[0] == (int64_t)1 << 40 && o64[1] == -(int64_t)(T_size - 1));
+    for (int r = 0; r < T_size; r++)
+        want += 0.1 * (r + 1) + 1e-17 * r; /* rank order */
+    T_OK(ddpc_kvs_allreduce(T_rt, f64, of64, 2, DDPC_F64, DDPC_SUM));
+    ck_assert(of64[0] == want && of64[1] == -want);
+    T_OK(ddpc_kvs_allreduce(T_rt, f64, of64, 1, DDPC_F64, DDPC_AVG));
+    ck_assert(of64[0] == want / T_size);
+    T_OK(ddpc_kvs_allreduce(T_rt, f32, of32, 1, DDPC_F32, DDPC_MAX));
+    ck_assert(of32[0] == (float)(0.1 * T_size + 1e-17 * (T_size - 1)));
+    double bits[2] = {of64[0], 0}, all_bits[2];
+    T_OK(ddpc_kvs_allreduce(T_rt, bits, all_bits, 1, DDPC_F64, DDPC_MAX));
+    T_OK(ddpc_kvs_allreduce(T_rt, bits, all_bits + 1, 1, DDPC_F64, DDPC_MIN));
+    ck_assert(all_bits[0] == all_bits[1]); /* every rank got the same average */
+    ck_assert_int_eq(ddpc_kvs_allreduce(T_rt, i32, o32, 1, DDPC_I32, DDPC_AVG), DDPC_ERR_UNSUPPORTED);
+    ck_assert_int_eq(ddpc_kvs_allreduce(T_rt, i32, o32, 1, DDPC_BF16, DDPC_SUM), DDPC_ERR_UNSUPPORTED);
+    ck_assert(strstr(ddpc_last_error(T_rt), "kvs_allreduce"));
+}
+END_TEST
+
 /* DDPC_PROGRESS: each way of waiting for MPI gives the same results, with
  * operations completing while the caller computes (naps, in auto) and while
  * it waits; a value not known is refused with the choices. */
@@ -434,6 +469,7 @@ static Suite *comm_suite(void)
     tcase_add_test(core, waits_from_two_threads);
     tcase_add_test(core, bitwise_identical_on_all_ranks);
     tcase_add_test(core, key_exchange);
+    tcase_add_test(core, key_exchange_allreduce);
     tcase_add_test(core, progress_policies);
     tcase_add_test(core, more_communicators_and_backends);
     tcase_add_test(core, gpu_rule);

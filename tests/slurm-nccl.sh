@@ -28,9 +28,18 @@ if grep -q 'MPI_COMM_WORLD says' "$out"; then cat "$out"; fail "the MPI singleto
 cat "$out"
 echo "ok: srun --mpi=pmix with the nccl backend: world from PMIx, id exchanged, one clear error"
 
-# the CPU trainer on such a launch: one clear message per rank, no crash or hang
+# the trainer on such a launch: its control messages would go through PMIx,
+# but its gradients need MPI on the cpu and NCCL needs a GPU: one clear
+# message from rank 0 (every rank reaches the same verdict), no crash or hang
 if [ "$DDPC_MPI_FLAVOR" = mpich ]; then
-    expect_fail_msg 'trainer: rank [0-3]: MPI is not wired in this launch .*srun --mpi=pmi2' \
+    expect_fail_msg 'trainer: MPI is not wired in this launch .*a rank has no usable GPU .*srun --mpi=pmi2' \
         srun_t -N2 -n4 --mpi=pmix "$top_builddir/trainer" --epochs 1
-    [ "$(grep -c 'MPI is not wired' "$TMP/out")" -eq 4 ] || { cat "$TMP/out"; fail "expected 4 messages"; }
+    [ "$(grep -c 'MPI is not wired' "$TMP/out")" -eq 1 ] || { cat "$TMP/out"; fail "expected 1 message"; }
+    expect_fail_msg 'trainer: MPI is not wired in this launch .*--device cpu reduces its gradients through MPI' \
+        srun_t -N2 -n4 --mpi=pmix "$top_builddir/trainer" --epochs 1 --device cpu
+    [ "$(grep -c 'MPI is not wired' "$TMP/out")" -eq 1 ] || { cat "$TMP/out"; fail "expected 1 message"; }
+    # --device cuda without a GPU: each rank names its missing GPU, once
+    expect_fail_msg 'trainer.*(no CUDA device visible|no usable GPU)' \
+        srun_t -N2 -n4 --mpi=pmix "$top_builddir/trainer" --epochs 1 --device cuda
+    cat "$TMP/out"
 fi

@@ -115,6 +115,75 @@ ddpc_status_t ddpc_comm_host_allgather(struct ddpc_comm *c, const void *mine, vo
 #endif
 }
 
+/* out[i] = in[0][i] op in[1][i] op ... in rank order (all holds size rows of
+ * count elements), the same bits on every rank. */
+static void reduce_rows(const void *all, void *out, size_t count, int size, ddpc_dtype_t dt,
+                        ddpc_redop_t op)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (dt == DDPC_I32 || dt == DDPC_I64) {
+            int64_t v = 0;
+            for (int r = 0; r < size; r++) {
+                int64_t x = dt == DDPC_I32 ? ((const int32_t *)all)[(size_t)r * count + i]
+                                           : ((const int64_t *)all)[(size_t)r * count + i];
+                v = r == 0 ? x : op == DDPC_SUM ? v + x : op == DDPC_MIN ? (x < v ? x : v)
+                                                                         : (x > v ? x : v);
+            }
+            if (dt == DDPC_I32)
+                ((int32_t *)out)[i] = (int32_t)v;
+            else
+                ((int64_t *)out)[i] = v;
+        } else {
+            double v = 0;
+            for (int r = 0; r < size; r++) {
+                double x = dt == DDPC_F32 ? (double)((const float *)all)[(size_t)r * count + i]
+                                          : ((const double *)all)[(size_t)r * count + i];
+                if (r == 0)
+                    v = x;
+                else if (op == DDPC_SUM || op == DDPC_AVG)
+                    v = dt == DDPC_F32 ? (double)((float)v + (float)x) : v + x;
+                else
+                    v = op == DDPC_MIN ? (x < v ? x : v) : (x > v ? x : v);
+            }
+            if (op == DDPC_AVG)
+                v = dt == DDPC_F32 ? (double)((float)v / (float)size) : v / size;
+            if (dt == DDPC_F32)
+                ((float *)out)[i] = (float)v;
+            else
+                ((double *)out)[i] = v;
+        }
+    }
+}
+
+ddpc_status_t ddpc_kvs_allreduce(ddpc_t rt, const void *in, void *out, size_t count,
+                                 ddpc_dtype_t dt, ddpc_redop_t op)
+{
+    if (!rt)
+        return DDPC_ERR_INVALID;
+    int ints = dt == DDPC_I32 || dt == DDPC_I64, floats = dt == DDPC_F32 || dt == DDPC_F64;
+    if ((!ints && !floats) || (op != DDPC_SUM && op != DDPC_MIN && op != DDPC_MAX &&
+                               !(op == DDPC_AVG && floats)))
+        return ddpc_err(rt, DDPC_ERR_UNSUPPORTED, "kvs", "ddpc_kvs_allreduce: %s with %s: "
+                        "expected float32, float64, int32 or int64 with sum, min or max (avg: "
+                        "floats)", ddpc_dtype_name(dt), op == DDPC_AVG ? "avg" : "this operation");
+    if ((!in || !out) && count)
+        return ddpc_err(rt, DDPC_ERR_INVALID, "kvs", "ddpc_kvs_allreduce: NULL buffer");
+    const size_t row = count * ddpc_dtype_size(dt);
+    const int size = rt->world.size;
+    if (row > ((size_t)1 << 20))
+        return ddpc_err(rt, DDPC_ERR_INVALID, "kvs", "ddpc_kvs_allreduce: %zu bytes: control "
+                        "messages are at most 1 MiB (use a communicator for data)", row);
+    void *all = malloc(row * (size_t)size + 1);
+    if (!all)
+        return ddpc_err(rt, DDPC_ERR_NOMEM, "kvs", "ddpc_kvs_allreduce: no memory for %d x %zu "
+                        "bytes", size, row);
+    ddpc_status_t st = ddpc_kvs_allgather(rt, in, all, row);
+    if (st == DDPC_OK)
+        reduce_rows(all, out, count, size, dt, op);
+    free(all);
+    return st;
+}
+
 /* ------------------------------------------------------------------ splits */
 
 /* What each rank of the parent says first. */
