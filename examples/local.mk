@@ -42,8 +42,8 @@ trainer_LDADD = examples/libtrainer.la libddpc.la $(ZLIB_LIBS) -lm
 TESTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh tests/slurm-faults.sh \
 	tests/trainer-resume.sh tests/trainer-sigint.sh tests/trainer-errors.sh tests/trainer-lock.sh \
 	tests/trainer-pipeline.sh tests/trainer-pipeline-faults.sh tests/timeline.sh tests/trainer-bn.sh \
-	tests/trainer-shard.sh
+	tests/trainer-shard.sh tests/trainer-pmix.sh
 dist_check_SCRIPTS += tests/trainer.sh tests/trainer-slurm.sh tests/trainer-preempt.sh \
 	tests/slurm-faults.sh tests/trainer-resume.sh tests/trainer-sigint.sh tests/trainer-lock.sh \
 	tests/trainer-errors.sh tests/trainer-pipeline.sh tests/trainer-pipeline-faults.sh tests/timeline.sh \
-	tests/trainer-bn.sh tests/trainer-shard.sh
+	tests/trainer-bn.sh tests/trainer-shard.sh tests/trainer-pmix.sh

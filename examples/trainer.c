@@ -494,6 +494,7 @@ static int stop_vote(trainer_t *t)
 {
     if (t->step % t->opt.stop_check_every)
         return 0;
+    const double t0 = tr_now();
     int any = finish_vote(t);
     if (any) {
         t->stopped_by = any;
@@ -504,11 +505,12 @@ static int stop_vote(trainer_t *t)
         if (tr_allreduce(t, &t->vote_in, &t->vote_out, 1, DDPC_I32, DDPC_MAX))
             tr_fatal(t, "stop vote", ddpc_last_error(t->rt));
         t->vote_held = 1;
-        return 0;
-    }
-    if (ddpc_iallreduce(t->comm, &t->vote_in, &t->vote_out, 1, DDPC_I32, DDPC_MAX, &t->vote) !=
-        DDPC_OK)
+    } else if (ddpc_iallreduce(t->comm, &t->vote_in, &t->vote_out, 1, DDPC_I32, DDPC_MAX,
+                               &t->vote) != DDPC_OK) {
         tr_fatal(t, "stop vote", ddpc_last_error(t->rt));
+    }
+    t->vote_s += tr_now() - t0; /* what the checks cost the training loop */
+    t->votes++;
     return 0;
 }
 
@@ -907,6 +909,11 @@ int main(int argc, char **argv)
     if (t->S > 1)
         tr_pipe_report(t);
     double sps = t->train_s > 0 ? t->samples_run / t->train_s : 0;
+    if (t->votes)
+        tr_say(t, "trainer: stop vote: %lld check(s) through %s, %.1f us each on rank 0 (mean)\n",
+               (long long)t->votes, t->comm ? "MPI (pipelined: read at the next check)"
+                                            : "the key exchange (PMIx)",
+               1e6 * t->vote_s / (double)t->votes);
     tr_say(t, "final: test_acc=%.4f test_loss=%.4f steps=%lld samples_per_s=%.0f params_crc32=%08x\n",
            t->test_acc, t->test_loss, (long long)t->step, sps, crc);
     tr_metric(t, "{\"event\":\"final\",\"test_acc\":%.6f,\"test_loss\":%.6f,\"steps\":%lld,"

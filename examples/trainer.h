@@ -55,6 +55,8 @@ typedef struct {
     ddpc_work_t vote;               /* the stop vote in flight (see stop_vote) */
     int32_t vote_in, vote_out;      /* its buffers: this rank's signal, the max over ranks */
     int vote_held;                  /* a key exchange vote taken, read at the next check */
+    int64_t votes;                  /* checks made, and the seconds they took */
+    double vote_s;
     int stopped_by;                 /* the signal the vote stopped on (0: none) */
     test_hooks_t hooks;             /* DDPC_TRAINER_TEST_* */
     /* this run */
