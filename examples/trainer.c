@@ -470,7 +470,7 @@ static size_t step(trainer_t *t, int k, stats_t *st)
 /* Collective: the result of the stop vote in flight, 0 when none. */
 static int finish_vote(trainer_t *t)
 {
-    if (t->vote_held) { /* the key exchange's vote, taken at the last check */
+    if (t->vote_held) { /* the unwired launch's vote, taken at the last check */
         t->vote_held = 0;
         return t->vote_out;
     }
@@ -487,9 +487,9 @@ static int finish_vote(trainer_t *t)
  * pipelined: the all-reduce launched after one check runs on the
  * communicator's thread during the next steps and is read at the next check,
  * so no step waits for it; a signal is acted on one check later. Where MPI
- * is not wired the vote goes through the key exchange (PMIx) at once and is
- * held until the next check, so that a signal is acted on at the same step
- * on both paths. */
+ * is not wired the vote goes through the device communicator at once (a
+ * blocking exchange, staged through the GPU) and is held until the next
+ * check, so that a signal is acted on at the same step on both paths. */
 static int stop_vote(trainer_t *t)
 {
     if (t->step % t->opt.stop_check_every)
@@ -658,8 +658,9 @@ int main(int argc, char **argv)
     }
     const options_t *o = &t->opt;
     /* DDPC_BACKEND=nccl accepted a launch whose MPI is not wired (srun --mpi=pmix, an MPI
-       without a PMIx client): the control messages go through the key exchange, the
-       gradients through NCCL; what needs MPI is refused here, the same on every rank */
+       without a PMIx client): the control messages go through the device communicator
+       (PMIx before it exists), the gradients through NCCL; what needs MPI is refused
+       here, the same on every rank */
     if (!t->comm && (o->device == DEVICE_CPU || o->pipeline_stages > 1 || o->micro_batches > 1)) {
         if (t->rank == 0) /* every rank parsed the same argv */
             fprintf(stderr, "trainer: MPI is not wired in this launch (srun --mpi=pmix with an "
@@ -912,7 +913,7 @@ int main(int argc, char **argv)
     if (t->votes)
         tr_say(t, "trainer: stop vote: %lld check(s) through %s, %.1f us each on rank 0 (mean)\n",
                (long long)t->votes, t->comm ? "MPI (pipelined: read at the next check)"
-                                            : "the key exchange (PMIx)",
+                                            : "the device communicator",
                1e6 * t->vote_s / (double)t->votes);
     tr_say(t, "final: test_acc=%.4f test_loss=%.4f steps=%lld samples_per_s=%.0f params_crc32=%08x\n",
            t->test_acc, t->test_loss, (long long)t->step, sps, crc);

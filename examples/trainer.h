@@ -54,7 +54,7 @@ typedef struct {
     int64_t saved_step;             /* step of the last checkpoint written or read (-1: none) */
     ddpc_work_t vote;               /* the stop vote in flight (see stop_vote) */
     int32_t vote_in, vote_out;      /* its buffers: this rank's signal, the max over ranks */
-    int vote_held;                  /* a key exchange vote taken, read at the next check */
+    int vote_held;                  /* an unwired launch's vote taken, read at the next check */
     int64_t votes;                  /* checks made, and the seconds they took */
     double vote_s;
     int stopped_by;                 /* the signal the vote stopped on (0: none) */
@@ -100,7 +100,7 @@ typedef struct {
 /* ------------------------------------------------------------------ trainer_util.c */
 /* Monotonic seconds. */
 double tr_now(void);
-/* The control messages' all-reduce: MPI, else the key exchange (PMIx). */
+/* The control messages' all-reduce: MPI, else the device communicator or PMIx. */
 int tr_allreduce(trainer_t *t, const void *in, void *out, size_t n, ddpc_dtype_t dt,
                  ddpc_redop_t op);
 /* Record this rank's failure (said by tr_agree); returns -1. */

@@ -31,14 +31,17 @@ int tr_fail(trainer_t *t, const char *fmt, ...)
 
 /* Collective: the trainer's control messages (the run's agreement, the
  * evaluation and log sums, the stop vote) over all ranks, on the world
- * communicator (MPI) or, where MPI is not wired in this launch (srun
- * --mpi=pmix with an MPI without a PMIx client; the nccl backend carries the
- * gradients), through the runtime's key exchange (PMIx). 0 on success. */
+ * communicator (MPI). Where MPI is not wired in this launch (srun --mpi=pmix
+ * with an MPI without a PMIx client; the nccl backend carries the
+ * gradients): through the device communicator once it exists, before that
+ * (the few agreements of the setup) through the key exchange (PMIx, whose
+ * fences grow dearer with each exchange: not for every step). 0: done. */
 int tr_allreduce(trainer_t *t, const void *in, void *out, size_t n, ddpc_dtype_t dt,
                  ddpc_redop_t op)
 {
-    ddpc_status_t st = t->comm ? ddpc_allreduce(t->comm, in, out, n, dt, op)
-                               : ddpc_kvs_allreduce(t->rt, in, out, n, dt, op);
+    ddpc_status_t st = t->comm    ? ddpc_allreduce(t->comm, in, out, n, dt, op)
+                       : t->dcomm ? ddpc_comm_host_allreduce(t->dcomm, in, out, n, dt, op)
+                                  : ddpc_kvs_allreduce(t->rt, in, out, n, dt, op);
     return st != DDPC_OK;
 }
 

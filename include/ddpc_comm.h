@@ -186,6 +186,14 @@ DDPC_API ddpc_status_t ddpc_ibroadcast(ddpc_comm_t c, void *buf, size_t count, d
  * F32 and F64). Not for data: without MPI each call is one PMIx fence. */
 DDPC_API ddpc_status_t ddpc_kvs_allreduce(ddpc_t rt, const void *in, void *out, size_t count,
                                           ddpc_dtype_t dt, ddpc_redop_t op);
+/* Collective over c: the same for control messages in host memory whatever
+ * memory c's collectives take (a device communicator stages them through its
+ * GPU, or through the key exchange where MPI is wired); blocking. Types,
+ * operations and bound as ddpc_kvs_allreduce; on a host communicator it is
+ * ddpc_allreduce. For a program's control traffic in a launch without MPI
+ * once its device communicator exists (the trainer's stop vote). */
+DDPC_API ddpc_status_t ddpc_comm_host_allreduce(ddpc_comm_t c, const void *in, void *out,
+                                                size_t count, ddpc_dtype_t dt, ddpc_redop_t op);
 /* recv holds size * count elements, rank r's block at r * count; send equal
  * to rank r's block of recv is in place (host memory, mpi backend). */
 DDPC_API ddpc_status_t ddpc_allgather(ddpc_comm_t c, const void *send, void *recv, size_t count,

@@ -125,6 +125,26 @@ static void check_split(ddpc_comm_t dw, const char *how)
             want[n++] = r;
     snprintf(what, sizeof what, "the %s ranks, highest first", rank % 2 ? "odd" : "even");
     check_members(c, dw, want, n, what);
+    /* control all-reduces in host memory: through the group's device path,
+     * and over the world's communicator, reduced in rank order */
+    for (int w = 0; w < 2; w++) {
+        ddpc_comm_t cc = w ? dw : c;
+        const int cs = ddpc_comm_size(cc);
+        double in[2] = {0.1 * (rank + 1), -(double)rank}, out[2] = {0, 0}, sum = 0;
+        int64_t iin = rank, iout = -1;
+        OK(ddpc_comm_host_allreduce(cc, in, out, 2, DDPC_F64, DDPC_SUM));
+        OK(ddpc_comm_host_allreduce(cc, &iin, &iout, 1, DDPC_I64, DDPC_MAX));
+        for (int k = 0; k < cs; k++)
+            sum += 0.1 * (ddpc_comm_world_rank(cc, k) + 1);
+        /* on a host communicator it is MPI's all-reduce, in MPI's order */
+        int near = on_host ? fabs(out[0] - sum) <= 1e-15 : out[0] == sum;
+        if (!near || iout != (w ? size - 1 : want[0]))
+            FAILF("ddpc_comm_host_allreduce over %s: sum %.17g (expected %.17g), max %lld "
+                  "(expected %d)", w ? "the world" : what, out[0], sum, (long long)iout,
+                  w ? size - 1 : want[0]);
+    }
+    if (ddpc_comm_host_allreduce(c, hX, hY, 1, DDPC_BF16, DDPC_SUM) != DDPC_ERR_UNSUPPORTED)
+        FAILF("ddpc_comm_host_allreduce took bf16");
     /* a split of that group (its exchanges go through the group's own
      * device path): its rank 0 in none, the others by reversed keys */
     const int cr = ddpc_comm_rank(c), cn = ddpc_comm_size(c);

@@ -5,12 +5,13 @@
 # MPI is not wired (each process is a 1-rank MPI job), the gradients go
 # through NCCL, whose id travels through PMIx, and the trainer's control
 # messages (agreement, evaluation and log sums, the stop vote, checkpoint
-# statuses) through the key exchange (PMIx). On the device emulation
+# statuses) through the device communicator (the setup's first agreements
+# through the key exchange, PMIx). On the device emulation
 # (configure --with-cuda=emulate; its NCCL needs no MPI either), so every
 # result here is emulated:
 #  - the launch trains to the end, every rank the same parameters, and ends
 #    bitwise where the same run launched with MPI wired (--mpi=pmi2) ends;
-#  - a run stopped by SIGUSR1 (the stop vote through PMIx) checkpoints and
+#  - a run stopped by SIGUSR1 (the stop vote without MPI) checkpoints and
 #    exits 3; rerun, it resumes and ends bitwise where the uninterrupted run
 #    ends.
 . "$(dirname "$0")/lib.sh"
@@ -43,8 +44,8 @@ srun_t -N2 -n4 --mpi=pmix "$TRAINER" $COMMON --max-steps $STEPS --ckpt-dir "$TMP
 check whole
 grep -q '^trainer: 4 rank(s) on 2 node(s) via pmix, device cuda .*(emulated).*all-reduce nccl' "$TMP/whole" ||
     { cat "$TMP/whole"; fail "whole: not 4 ranks on 2 nodes, emulated GPUs, nccl"; }
-grep -q 'stop vote: .* through the key exchange (PMIx)' "$TMP/whole" ||
-    { cat "$TMP/whole"; fail "whole: the control messages did not go through the key exchange"; }
+grep -q 'stop vote: .* through the device communicator' "$TMP/whole" ||
+    { cat "$TMP/whole"; fail "whole: the stop vote did not go through the device communicator"; }
 [ "$(final_field "$TMP/whole" steps)" = $STEPS ] || fail "whole: not $STEPS steps"
 grep 'stop vote' "$TMP/whole"
 
@@ -58,7 +59,7 @@ grep 'stop vote' "$TMP/wired"
     fail "the unwired launch's parameters differ from the wired launch's"
 echo "ok: unwired (pmix) = wired (pmi2) bitwise"
 
-# stopped by SIGUSR1 mid-run: the vote through PMIx, a checkpoint, exit 3
+# stopped by SIGUSR1 mid-run: the vote through the device, a checkpoint, exit 3
 # shellcheck disable=SC2086
 DDPC_TRAINER_TEST_STEP_SLEEP=0.05 srun_t -N2 -n4 --mpi=pmix -J ddpc-pmix-stop "$TRAINER" $COMMON \
     --max-steps $STEPS --ckpt-dir "$TMP/c2" >"$TMP/first" 2>&1 &
