@@ -6,15 +6,24 @@
  * to self, nested) and alone, ncclReduce to a non-zero root, the refusals,
  * and that sends and receives count for DDPC_EMU_NCCL_FAIL. Values are
  * integers or exactly representable floats, compared exactly. Linked with
- * libddpc-emu only; one emulated device per rank (DDPC_EMU_DEVICES=4). */
-#include <check.h>
+ * libddpc-emu only; one emulated device per rank (DDPC_EMU_DEVICES=4).
+ * Built with -DEMU_NCCL_FORK (tests/emu/emu_nccl_fork) it is the check
+ * that the emulated NCCL needs no MPI: no MPI call, no launcher; it forks
+ * 4 ranks (argv[1]: 2-4) that get the unique id through pipes, and checks
+ * every collective (int32, int64, float32, bf16), that the reductions are
+ * in rank order and bitwise the same on every rank, a split, a ring past
+ * the socket buffers, and that a rank that exits makes the others' next
+ * all-reduce fail with ncclRemoteError instead of hanging. */
 #include <cuda_runtime_api.h>
-#include <mpi.h>
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifndef EMU_NCCL_FORK
+#include <check.h>
+#include <mpi.h>
 
 static int me, np; /* world rank and size */
 
@@ -123,8 +132,8 @@ END_TEST
 
 /* An id whose creator (world rank 0) is no member: {1,2} fail after
  * DDPC_EMU_NCCL_INIT_TIMEOUT, saying why; a one-rank communicator of
- * another rank's id fails at once. (Their joins stay unreceived at rank 0:
- * UCX may warn of them at MPI_Finalize.) */
+ * another rank's id fails at once. (Their joins stay unanswered in rank
+ * 0's listener of the id.) */
 START_TEST(init_creator_not_member)
 {
     ncclUniqueId id;
@@ -199,7 +208,7 @@ END_TEST
 
 /* ------------------------------------------------------------------ send/receive */
 
-enum { BIG = 1 << 18 }; /* 1 MiB of int32: past MPI's eager sizes */
+enum { BIG = 1 << 18 }; /* 1 MiB of int32: past the emulation's socket buffers */
 
 static void fill(int32_t *h, size_t n, int32_t base)
 {
@@ -324,7 +333,7 @@ END_TEST
 
 /* sends and receives take their number in the hooks' order: world rank
  * 1's second operation (its receive) fails asynchronously (rank 0's send
- * stays unreceived: UCX may warn of it at MPI_Finalize) */
+ * stays unreceived in the socket buffers) */
 START_TEST(p2p_fail_hook)
 {
     MPI_Comm pair;
@@ -335,7 +344,7 @@ START_TEST(p2p_fail_hook)
     ck_assert_int_eq(allreduce_i32(c, 1), 2); /* #1 */
     int32_t v = 42, *d = dev_i32(1, &v);
     if (me % 2 == 0)
-        NC(c, ncclSend(d, 1, ncclInt32, 1, c, NULL)); /* eager: completes alone */
+        NC(c, ncclSend(d, 1, ncclInt32, 1, c, NULL)); /* fits the buffers: completes alone */
     else
         NC(c, ncclRecv(d, 1, ncclInt32, 0, c, NULL)); /* #2 */
     CU(cudaStreamSynchronize(NULL));
@@ -447,3 +456,287 @@ int main(int argc, char **argv)
     MPI_Finalize();
     return any ? 1 : 0;
 }
+
+#else /* EMU_NCCL_FORK: without MPI */
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int me, np, failures; /* this rank, the ranks, the failed checks here */
+
+#define CHECK(cond, ...)                                                                     \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            fprintf(stderr, "emu_nccl_fork: rank %d, line %d: %s: ", me, __LINE__, #cond);   \
+            fprintf(stderr, __VA_ARGS__);                                                    \
+            fputc('\n', stderr);                                                             \
+            failures++;                                                                      \
+        }                                                                                    \
+    } while (0)
+#define CU(x) CHECK((x) == cudaSuccess, "%s", "CUDA call failed")
+#define NC(x) CHECK((x) == ncclSuccess, "%s", ncclGetLastError(NULL))
+
+static void *dev(size_t bytes, const void *h)
+{
+    void *d = NULL;
+    CU(cudaMalloc(&d, bytes));
+    if (h)
+        CU(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void back(void *h, const void *d, size_t bytes)
+{
+    CU(cudaStreamSynchronize(NULL));
+    CU(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* bf16 by round to nearest even (no NaN here), and back */
+static uint16_t bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* rank r's i-th float: not exactly summable, the same from every rank */
+static float val(int r, int i)
+{
+    uint32_t x = (uint32_t)(r * 7919 + i) * 2654435761u;
+    return (float)(x >> 8) / (float)(1 << 24) * 3.0f - 1.3f;
+}
+
+enum { N = 1003, BIG = 1 << 18 };
+
+static void collectives(ncclComm_t c)
+{
+    /* int32 sum, and a count below the ranks (empty chunks) */
+    static int32_t hi[N], ho[N];
+    for (int i = 0; i < N; i++)
+        hi[i] = (me + 1) * (i + 1);
+    int32_t *di = dev(sizeof hi, hi);
+    NC(ncclAllReduce(di, di, N, ncclInt32, ncclSum, c, NULL));
+    back(ho, di, sizeof ho);
+    for (int i = 0; i < N; i++)
+        CHECK(ho[i] == np * (np + 1) / 2 * (i + 1), "sum[%d] = %d", i, ho[i]);
+    CU(cudaMemcpy(di, hi, sizeof hi, cudaMemcpyHostToDevice));
+    NC(ncclAllReduce(di, di, np - 1, ncclInt32, ncclMax, c, NULL));
+    back(ho, di, (size_t)(np - 1) * sizeof *ho);
+    for (int i = 0; i < np - 1; i++)
+        CHECK(ho[i] == np * (i + 1), "max[%d] = %d", i, ho[i]);
+    /* float32: out of place, rank order, the same bits everywhere */
+    static float hf[N], hr[N], all[4 * N];
+    for (int i = 0; i < N; i++)
+        hf[i] = val(me, i);
+    float *sf = dev(sizeof hf, hf), *rf = dev(sizeof hf, NULL), *gf = dev(sizeof all, NULL);
+    NC(ncclAllReduce(sf, rf, N, ncclFloat32, ncclSum, c, NULL));
+    back(hr, rf, sizeof hr);
+    for (int i = 0; i < N; i++) {
+        float want = val(0, i);
+        for (int r = 1; r < np; r++)
+            want = want + val(r, i);
+        CHECK(hr[i] == want, "float sum[%d] = %.9g, in rank order %.9g", i, (double)hr[i],
+              (double)want);
+    }
+    NC(ncclAllGather(rf, gf, N, ncclFloat32, c, NULL));
+    back(all, gf, (size_t)np * sizeof hr);
+    for (int r = 1; r < np; r++)
+        CHECK(!memcmp(all, all + (size_t)r * N, sizeof hr), "rank %d's sum differs from rank 0's",
+              r);
+    /* avg in place: the sum divided, once */
+    CU(cudaMemcpy(sf, hf, sizeof hf, cudaMemcpyHostToDevice));
+    NC(ncclAllReduce(sf, sf, N, ncclFloat32, ncclAvg, c, NULL));
+    back(hr, sf, sizeof hr);
+    for (int i = 0; i < N; i++) {
+        float want = val(0, i);
+        for (int r = 1; r < np; r++)
+            want = want + val(r, i);
+        CHECK(hr[i] == want / (float)np, "avg[%d] = %.9g", i, (double)hr[i]);
+    }
+    /* bf16 sum: rounded after each step, in rank order */
+    static uint16_t hb[N], rb[N];
+    for (int i = 0; i < N; i++)
+        hb[i] = bf16(val(me, i) * 100.0f);
+    uint16_t *db = dev(sizeof hb, hb);
+    NC(ncclAllReduce(db, db, N, ncclBfloat16, ncclSum, c, NULL));
+    back(rb, db, sizeof rb);
+    for (int i = 0; i < N; i++) {
+        uint16_t want = bf16(val(0, i) * 100.0f);
+        for (int r = 1; r < np; r++)
+            want = bf16(from_bf16(want) + from_bf16(bf16(val(r, i) * 100.0f)));
+        CHECK(rb[i] == want, "bf16 sum[%d] = 0x%04x, in rank order 0x%04x", i, rb[i], want);
+    }
+    /* broadcast from the last rank, reduce-scatter, reduce to rank 1 % np */
+    for (int i = 0; i < N; i++)
+        hi[i] = me == np - 1 ? 5 * i : -1;
+    CU(cudaMemcpy(di, hi, sizeof hi, cudaMemcpyHostToDevice));
+    NC(ncclBroadcast(di, di, N, ncclInt32, np - 1, c, NULL));
+    back(ho, di, sizeof ho);
+    for (int i = 0; i < N; i++)
+        CHECK(ho[i] == 5 * i, "bcast[%d] = %d", i, ho[i]);
+    int64_t hl[4 * 8], hlo[8];
+    for (int i = 0; i < np * 8; i++)
+        hl[i] = (int64_t)(me + 1) << (i % 12);
+    int64_t *dl = dev(sizeof hl, hl), *dlo = dev(sizeof hlo, NULL);
+    NC(ncclReduceScatter(dl, dlo, 8, ncclInt64, ncclSum, c, NULL));
+    back(hlo, dlo, sizeof hlo);
+    for (int i = 0; i < 8; i++)
+        CHECK(hlo[i] == (int64_t)(np * (np + 1) / 2) << ((me * 8 + i) % 12), "rs[%d] = %lld", i,
+              (long long)hlo[i]);
+    int root = 1 % np;
+    NC(ncclReduce(dl, dl, 8, ncclInt64, ncclProd, root, c, NULL));
+    back(hlo, dl, sizeof hlo);
+    for (int i = 0; i < 8; i++) {
+        int64_t want = (int64_t)(me + 1) << (i % 12);
+        if (me == root) {
+            want = 1;
+            for (int r = 0; r < np; r++)
+                want *= (int64_t)(r + 1) << (i % 12);
+        }
+        CHECK(hlo[i] == want, "reduce[%d] = %lld, expected %lld", i, (long long)hlo[i],
+              (long long)want);
+    }
+    CU(cudaFree(di));
+    CU(cudaFree(sf));
+    CU(cudaFree(rf));
+    CU(cudaFree(gf));
+    CU(cudaFree(db));
+    CU(cudaFree(dl));
+    CU(cudaFree(dlo));
+}
+
+/* a ring of BIG int32 in one group: past the sockets' buffers both ways */
+static void ring(ncclComm_t c)
+{
+    static int32_t h[BIG];
+    for (int i = 0; i < BIG; i++)
+        h[i] = 1000 * me + i;
+    int32_t *s = dev(sizeof h, h), *r = dev(sizeof h, NULL);
+    NC(ncclGroupStart());
+    NC(ncclSend(s, BIG, ncclInt32, (me + 1) % np, c, NULL));
+    NC(ncclRecv(r, BIG, ncclInt32, (me + np - 1) % np, c, NULL));
+    NC(ncclGroupEnd());
+    back(h, r, sizeof h);
+    int from = (me + np - 1) % np, bad = 0;
+    for (int i = 0; i < BIG; i++)
+        bad += h[i] != 1000 * from + i;
+    CHECK(bad == 0, "%d of %d wrong", bad, BIG);
+    CU(cudaFree(s));
+    CU(cudaFree(r));
+}
+
+static int32_t sum_i32(ncclComm_t c, int32_t v, ncclResult_t *async)
+{
+    int32_t *d = dev(sizeof v, &v), out = -1;
+    NC(ncclAllReduce(d, d, 1, ncclInt32, ncclSum, c, NULL));
+    back(&out, d, sizeof out);
+    CU(cudaFree(d));
+    NC(ncclCommGetAsyncError(c, async));
+    return out;
+}
+
+static int rank_main(int *fds)
+{
+    ncclUniqueId id;
+    CU(cudaSetDevice(me));
+    if (me == 0) {
+        NC(ncclGetUniqueId(&id));
+        for (int r = 1; r < np; r++)
+            CHECK(write(fds[r], &id, sizeof id) == (ssize_t)sizeof id, "%s", "write");
+    } else {
+        CHECK(read(fds[me], &id, sizeof id) == (ssize_t)sizeof id, "%s", "read");
+    }
+    ncclComm_t c = NULL;
+    NC(ncclCommInitRank(&c, np, id, me));
+    if (failures)
+        return failures;
+    int r, n;
+    NC(ncclCommUserRank(c, &r));
+    NC(ncclCommCount(c, &n));
+    CHECK(r == me && n == np, "rank %d of %d", r, n);
+    collectives(c);
+    ring(c);
+    /* halves: even and odd ranks, by descending key */
+    ncclComm_t h = NULL;
+    NC(ncclCommSplit(c, me % 2, -me, &h, NULL));
+    ncclResult_t a = ncclSuccess;
+    if (h) {
+        int want = 0;
+        for (int q = me % 2; q < np; q += 2)
+            want += q;
+        CHECK(sum_i32(h, me, &a) == want && a == ncclSuccess, "a half's sum (%d)", a);
+        CU(cudaDeviceSynchronize());
+        NC(ncclCommFinalize(h));
+        NC(ncclCommDestroy(h));
+    }
+    CHECK(sum_i32(c, 1, &a) == np && a == ncclSuccess, "the last sum (%d)", a);
+    /* the last rank exits without a word: the others' next all-reduce fails */
+    if (me == np - 1) {
+        fflush(NULL);
+        _exit(failures);
+    }
+    sum_i32(c, 1, &a);
+    CHECK(a == ncclRemoteError, "after rank %d exited: async error %d (%s), expected "
+          "ncclRemoteError", np - 1, a, ncclGetLastError(c));
+    NC(ncclCommAbort(c));
+    return failures;
+}
+
+int main(int argc, char **argv)
+{
+    setenv("DDPC_EMU_DEVICES", "4", 1); /* one per rank, before the first CUDA call */
+    np = argc > 1 ? atoi(argv[1]) : 4;
+    if (np < 2 || np > 4) {
+        fprintf(stderr, "usage: emu_nccl_fork [RANKS (2-4)]\n");
+        return 2;
+    }
+    int fds[4][2];
+    for (int r = 1; r < np; r++)
+        if (pipe(fds[r]) != 0) {
+            perror("emu_nccl_fork: pipe");
+            return 99;
+        }
+    pid_t pid[4];
+    for (me = 0; me < np; me++) {
+        pid[me] = fork();
+        if (pid[me] == 0) {
+            int mine[4] = {-1, -1, -1, -1};
+            for (int r = 1; r < np; r++) {
+                mine[r] = me == 0 ? fds[r][1] : fds[r][0];
+                close(me == 0 ? fds[r][0] : fds[r][1]);
+            }
+            alarm(120); /* a hang fails, never blocks make check */
+            int f = rank_main(mine);
+            fflush(NULL);
+            _exit(f > 100 ? 100 : f);
+        }
+        if (pid[me] < 0) {
+            perror("emu_nccl_fork: fork");
+            return 99;
+        }
+    }
+    for (int r = 1; r < np; r++)
+        close(fds[r][0]), close(fds[r][1]);
+    int bad = 0;
+    for (int r = 0; r < np; r++) {
+        int st = 0;
+        waitpid(pid[r], &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "emu_nccl_fork: rank %d (pid %d) %s %d\n", r, (int)pid[r],
+                    WIFEXITED(st) ? "exited" : "died of signal",
+                    WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+            bad++;
+        }
+    }
+    printf("emu_nccl_fork: %d ranks without MPI: %s\n", np, bad ? "FAILED" : "ok");
+    return bad ? 1 : 0;
+}
+#endif

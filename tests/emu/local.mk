@@ -44,4 +44,13 @@ tests_emu_emu_nccl_LDFLAGS = $(DDPC_TEST_LD)
 tests_emu_emu_nccl_LDADD = tests/emu/libddpc-emu.la $(CHECK_LIBS)
 TESTS += tests/emu/emu_nccl.mpi
 endif
+# the same source with -DEMU_NCCL_FORK: the emulated NCCL without MPI (no
+# launcher, no MPI call: 4 forked ranks, the id through pipes)
+check_PROGRAMS += tests/emu/emu_nccl_fork
+tests_emu_emu_nccl_fork_SOURCES = tests/emu/emu_nccl.c
+tests_emu_emu_nccl_fork_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS) -DEMU_NCCL_FORK
+tests_emu_emu_nccl_fork_CFLAGS = $(AM_CFLAGS)
+tests_emu_emu_nccl_fork_LDFLAGS = $(DDPC_TEST_LD)
+tests_emu_emu_nccl_fork_LDADD = tests/emu/libddpc-emu.la
+TESTS += tests/emu/emu_nccl_fork
 endif
