@@ -470,10 +470,8 @@ static size_t step(trainer_t *t, int k, stats_t *st)
 /* Collective: the result of the stop vote in flight, 0 when none. */
 static int finish_vote(trainer_t *t)
 {
-    if (t->vote_held) { /* the unwired launch's vote, taken at the last check */
-        t->vote_held = 0;
+    if (!t->comm) /* the unwired launch's vote, taken at the last check (0 before one) */
         return t->vote_out;
-    }
     if (!t->vote)
         return 0;
     if (ddpc_work_wait(t->vote, -1) != DDPC_OK)
@@ -504,7 +502,6 @@ static int stop_vote(trainer_t *t)
     if (!t->comm) {
         if (tr_allreduce(t, &t->vote_in, &t->vote_out, 1, DDPC_I32, DDPC_MAX))
             tr_fatal(t, "stop vote", ddpc_last_error(t->rt));
-        t->vote_held = 1;
     } else if (ddpc_iallreduce(t->comm, &t->vote_in, &t->vote_out, 1, DDPC_I32, DDPC_MAX,
                                &t->vote) != DDPC_OK) {
         tr_fatal(t, "stop vote", ddpc_last_error(t->rt));
@@ -657,25 +654,28 @@ int main(int argc, char **argv)
         return TRAINER_EXIT_USAGE;
     }
     const options_t *o = &t->opt;
+    t->pipelined = o->pipeline_stages > 1 || o->micro_batches > 1;
     /* DDPC_BACKEND=nccl accepted a launch whose MPI is not wired (srun --mpi=pmix, an MPI
        without a PMIx client): the control messages go through the device communicator
        (PMIx before it exists), the gradients through NCCL; what needs MPI is refused
        here, the same on every rank */
-    if (!t->comm && (o->device == DEVICE_CPU || o->pipeline_stages > 1 || o->micro_batches > 1)) {
+    if (!t->comm && (o->device == DEVICE_CPU || t->pipelined)) {
         if (t->rank == 0) /* every rank parsed the same argv */
             fprintf(stderr, "trainer: MPI is not wired in this launch (srun --mpi=pmix with an "
                     "MPI that has no PMIx client), and %s: launch with srun --mpi=pmi2 or "
-                    "mpiexec, or train with --device cuda and DDPC_BACKEND=nccl\n",
+                    "mpiexec, or %s\n",
                     o->device == DEVICE_CPU ? "--device cpu reduces its gradients through MPI"
-                                        : "a pipeline's stages pass activations through MPI "
-                                          "communicators");
+                                            : "a pipeline's stages pass activations through "
+                                              "MPI communicators",
+                    o->device == DEVICE_CPU ? "train with --device cuda and DDPC_BACKEND=nccl"
+                                            : "train unsplit (no --pipeline-stages or "
+                                              "--micro-batches)");
         ddpc_finalize(t->rt);
         return TRAINER_EXIT_ERROR;
     }
     int code = TRAINER_EXIT_ERROR;
     t->S = 1, t->R = t->size, t->stage = 0, t->replica = t->rank;
     t->first_layer[0] = 0, t->first_layer[1] = model_num_layers(&o->model);
-    t->pipelined = o->pipeline_stages > 1 || o->micro_batches > 1;
     if (t->pipelined && tr_pipe_setup(t)) { /* the same on every rank */
         code = TRAINER_EXIT_USAGE;
         goto out;
@@ -704,7 +704,7 @@ int main(int argc, char **argv)
         ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
     const int all_gpu = !any[0], shared_gpu = any[1];
     (void)shared_gpu; /* read by the CUDA model's branch only */
-    if (!t->comm && (!on_gpu || !all_gpu || shared_gpu)) { /* the same verdict on every rank */
+    if (!t->comm && (!all_gpu || shared_gpu)) { /* the same verdict on every rank */
         if (t->rank == 0)
             fprintf(stderr, "trainer: MPI is not wired in this launch (srun --mpi=pmix with an "
                     "MPI that has no PMIx client), and %s: launch with srun --mpi=pmi2 or "

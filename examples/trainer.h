@@ -53,8 +53,8 @@ typedef struct {
     int mid_epoch;                  /* resumed inside t->epoch: the loader is positioned */
     int64_t saved_step;             /* step of the last checkpoint written or read (-1: none) */
     ddpc_work_t vote;               /* the stop vote in flight (see stop_vote) */
-    int32_t vote_in, vote_out;      /* its buffers: this rank's signal, the max over ranks */
-    int vote_held;                  /* an unwired launch's vote taken, read at the next check */
+    int32_t vote_in, vote_out;      /* its buffers: this rank's signal, the max over ranks
+                                       (without MPI: the last check's, read at the next) */
     int64_t votes;                  /* checks made, and the seconds they took */
     double vote_s;
     int stopped_by;                 /* the signal the vote stopped on (0: none) */
