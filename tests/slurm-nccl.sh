@@ -38,6 +38,9 @@ if [ "$DDPC_MPI_FLAVOR" = mpich ]; then
     expect_fail_msg 'trainer: MPI is not wired in this launch .*--device cpu reduces its gradients through MPI' \
         srun_t -N2 -n4 --mpi=pmix "$top_builddir/trainer" --epochs 1 --device cpu
     [ "$(grep -c 'MPI is not wired' "$TMP/out")" -eq 1 ] || { cat "$TMP/out"; fail "expected 1 message"; }
+    expect_fail_msg "trainer: MPI is not wired in this launch .*a pipeline's stages pass activations through MPI" \
+        srun_t -N2 -n4 --mpi=pmix "$top_builddir/trainer" --epochs 1 --device cuda --pipeline-stages 2
+    [ "$(grep -c 'MPI is not wired' "$TMP/out")" -eq 1 ] || { cat "$TMP/out"; fail "expected 1 message"; }
     # --device cuda without a GPU: each rank names its missing GPU, once
     expect_fail_msg 'trainer.*(no CUDA device visible|no usable GPU)' \
         srun_t -N2 -n4 --mpi=pmix "$top_builddir/trainer" --epochs 1 --device cuda
