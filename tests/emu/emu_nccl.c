@@ -514,6 +514,15 @@ static float val(int r, int i)
     return (float)(x >> 8) / (float)(1 << 24) * 3.0f - 1.3f;
 }
 
+/* the float sum of every rank's i-th value in rank order 0..np-1 */
+static float rank_order_sum(int np, int i)
+{
+    float want = val(0, i);
+    for (int r = 1; r < np; r++)
+        want = want + val(r, i);
+    return want;
+}
+
 enum { N = 1003, BIG = 1 << 18 };
 
 static void collectives(ncclComm_t c)
@@ -540,9 +549,7 @@ static void collectives(ncclComm_t c)
     NC(ncclAllReduce(sf, rf, N, ncclFloat32, ncclSum, c, NULL));
     back(hr, rf, sizeof hr);
     for (int i = 0; i < N; i++) {
-        float want = val(0, i);
-        for (int r = 1; r < np; r++)
-            want = want + val(r, i);
+        float want = rank_order_sum(np, i);
         CHECK(hr[i] == want, "float sum[%d] = %.9g, in rank order %.9g", i, (double)hr[i],
               (double)want);
     }
@@ -555,12 +562,8 @@ static void collectives(ncclComm_t c)
     CU(cudaMemcpy(sf, hf, sizeof hf, cudaMemcpyHostToDevice));
     NC(ncclAllReduce(sf, sf, N, ncclFloat32, ncclAvg, c, NULL));
     back(hr, sf, sizeof hr);
-    for (int i = 0; i < N; i++) {
-        float want = val(0, i);
-        for (int r = 1; r < np; r++)
-            want = want + val(r, i);
-        CHECK(hr[i] == want / (float)np, "avg[%d] = %.9g", i, (double)hr[i]);
-    }
+    for (int i = 0; i < N; i++)
+        CHECK(hr[i] == rank_order_sum(np, i) / (float)np, "avg[%d] = %.9g", i, (double)hr[i]);
     /* bf16 sum: rounded after each step, in rank order */
     static uint16_t hb[N], rb[N];
     for (int i = 0; i < N; i++)
