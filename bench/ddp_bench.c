@@ -9,6 +9,8 @@
  *     thread (which does not divide), interleaved in the same run. Between the
  *     two, the steps that tell where a gap comes from: raw + the /N pass on
  *     the main thread, and ddpc_allreduce SUM / AVG through the progress thread.
+ *     Then the reduction with the update: raw + ddpc_optim_step, the engine
+ *     + ddpc_optim_step, and the engine folding the 1/N into that step.
  *   ddp_bench overlap [-L layers] [-H width] [-B batch] [-b bucket MiB] [-z 0|1] [-r ..] [-w ..]
  *     A synthetic deep MLP step (sgemm forward; backward from the last layer,
  *     grad_ready for each weight and bias as soon as computed; ddpc_ddp_wait;
@@ -212,13 +214,21 @@ static void print_env(const char *mode)
 
 /* ------------------------------------------------------------------ allreduce */
 /* The variants of one repetition, in the order of the R line. */
-enum { V_RAW, V_RAWDIV, V_THR_SUM, V_THR_AVG, V_ENGINE, NV };
-static const char *const vname[NV] = {"raw", "rawdiv", "thr_sum", "thr_avg", "engine"};
+enum { V_RAW, V_RAWDIV, V_THR_SUM, V_THR_AVG, V_ENGINE, V_RAWSTEP, V_ENGSTEP, V_FOLD, NV };
+static const char *const vname[NV] = {"raw",     "rawdiv",  "thr_sum", "thr_avg",
+                                      "engine",  "rawstep", "engstep", "fold"};
 
+/* The reduction and the update (rawstep, engstep, fold): each variant its
+ * own engine with an SGD optimizer (no momentum, lr 0: the parameters stay
+ * as they are), one pass over p and g. rawstep: raw MPI_Allreduce SUM on the
+ * engine's arena, then ddpc_optim_step (no division anywhere: the bound);
+ * engstep: the engine averaging in its all-reduce, then the step; fold: the
+ * engine folding the 1/N into the step's pass (DDPC_FOLD_AVERAGE). */
 typedef struct {
     size_t n;            /* floats */
-    float *buf[NV];      /* one buffer per variant; the engine's is its grad arena */
-    ddpc_ddp_t ddp;
+    float *buf[NV];      /* one buffer per variant; the engines' are their grad arenas */
+    ddpc_ddp_t ddp, dstep[3];
+    ddpc_optim_t ostep[3];
 } ar_case_t;
 
 static void ar_op(ar_case_t *c, int v)
@@ -241,6 +251,18 @@ static void ar_op(ar_case_t *c, int v)
         CKD(c->ddp, ddpc_ddp_grad_ready(c->ddp, 0));
         CKD(c->ddp, ddpc_ddp_wait(c->ddp));
         break;
+    case V_RAWSTEP:
+        MPI_Allreduce(MPI_IN_PLACE, c->buf[v], (int)c->n, MPI_FLOAT, MPI_SUM, g_comm);
+        CKD(c->dstep[0], ddpc_optim_step(c->ostep[0], NULL));
+        break;
+    case V_ENGSTEP:
+    case V_FOLD: {
+        ddpc_ddp_t d = c->dstep[v - V_RAWSTEP];
+        CKD(d, ddpc_ddp_grad_ready(d, 0));
+        CKD(d, ddpc_ddp_wait(d));
+        CKD(d, ddpc_optim_step(c->ostep[v - V_RAWSTEP], NULL));
+        break;
+    }
     }
 }
 
@@ -306,6 +328,9 @@ static void print_ar_line(const char *mode, size_t bytes, int iters, int v0, int
         printf(" engine_algbw=%.3f engine_busbw=%.3f ratio=%.4f ratio_paired=%.4f", ealg,
                ealg * busf, med[V_RAW] / med[V_ENGINE], median(pr, reps, NULL, NULL));
     }
+    if (v1 > V_FOLD)
+        printf(" fold_ratio=%.4f engstep_ratio=%.4f", med[V_RAWSTEP] / med[V_FOLD],
+               med[V_RAWSTEP] / med[V_ENGSTEP]);
     printf("\n");
     fflush(stdout);
 }
@@ -331,7 +356,9 @@ static void run_allreduce(const opts_t *o)
         printf("# allreduce: engine = grad_ready + ddpc_ddp_wait on one parameter in one bucket "
                "(SUM then /N); raw = MPI_Allreduce(MPI_IN_PLACE, MPI_SUM), no division; "
                "rawdiv = raw + the /N pass; thr_sum/thr_avg = ddpc_allreduce through the "
-               "progress thread. Times: median per operation of the slowest rank.\n");
+               "progress thread; rawstep/engstep/fold = raw, the averaging engine and the "
+               "engine folding 1/N into the optimizer, each followed by ddpc_optim_step (SGD, "
+               "one pass). Times: median per operation of the slowest rank.\n");
     for (int s = 0; s < o->nsizes; s++) {
         size_t bytes = (size_t)(o->sizes_mib[s] * 1048576.0) / 4 * 4;
         ar_case_t c = {.n = bytes / 4};
@@ -343,18 +370,36 @@ static void run_allreduce(const opts_t *o)
         CKD(c.ddp, ddpc_ddp_build(c.ddp));
         if (ddpc_ddp_num_buckets(c.ddp) != 1)
             DIE("expected one bucket, the engine planned %d", ddpc_ddp_num_buckets(c.ddp));
+        for (int k = 0; k < 3; k++) { /* rawstep, engstep, fold */
+            cfg.fold_average = k == 2 ? 1 : 0;
+            CK(ddpc_ddp_create(ddpc_comm_world(g_rt), &cfg, &c.dstep[k]));
+            CKD(c.dstep[k], ddpc_ddp_add_param(c.dstep[k], "g", 1, shape, NULL));
+            CKD(c.dstep[k], ddpc_ddp_build(c.dstep[k]));
+            ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
+            oc.lr = 0;
+            oc.momentum = 0;
+            CKD(c.dstep[k], ddpc_optim_create(c.dstep[k], &oc, &c.ostep[k]));
+            fill(ddpc_ddp_param(c.dstep[k], 0), c.n, 0.5f);
+        }
         for (int v = 0; v < NV; v++) {
-            c.buf[v] = v == V_ENGINE ? ddpc_ddp_grad(c.ddp, 0) : xalloc(bytes);
+            c.buf[v] = v == V_ENGINE    ? ddpc_ddp_grad(c.ddp, 0)
+                       : v >= V_RAWSTEP ? ddpc_ddp_grad(c.dstep[v - V_RAWSTEP], 0)
+                                        : xalloc(bytes);
             /* SUM variants: zeros stay zeros (repeated in-place sums of nonzeros
-             * would overflow; float adds take the same time either way) */
-            fill(c.buf[v], c.n, v == V_RAW || v == V_THR_SUM ? 0.0f : (float)(g_rank + 1));
+             * would overflow; float adds take the same time either way); the
+             * folded sum is averaged in place by each step */
+            fill(c.buf[v], c.n, v == V_RAW || v == V_THR_SUM || v == V_RAWSTEP ? 0.0f
+                                                                                : (float)(g_rank + 1));
         }
         int iters = calibrate(&c, o->rep_ms);
         time_variants(&c, 0, NV, o, iters, t);
         print_ar_line("allreduce", bytes, iters, 0, NV, t, o->reps);
-        for (int v = 0; v < NV; v++)
-            if (v != V_ENGINE)
-                free(c.buf[v]);
+        for (int v = 0; v < V_ENGINE; v++)
+            free(c.buf[v]);
+        for (int k = 0; k < 3; k++) {
+            ddpc_optim_destroy(c.ostep[k]);
+            ddpc_ddp_destroy(c.dstep[k]);
+        }
         ddpc_ddp_destroy(c.ddp);
     }
 }

@@ -178,6 +178,7 @@ function addlink(w, b,   k) { k = w SUBSEP b; if (!(k in linkseen)) { linkseen[k
         add("ar" SUBSEP k SUBSEP "divcost", kv["rawdiv_us"] / kv["raw_us"])
         add("ar" SUBSEP k SUBSEP "handoff", kv["thr_sum_us"] / kv["raw_us"])
         add("ar" SUBSEP k SUBSEP "book", kv["engine_us"] / kv["thr_avg_us"])
+        if ("fold_ratio" in kv) { add("ar" SUBSEP k SUBSEP "fold", kv["fold_ratio"]); add("ar" SUBSEP k SUBSEP "engstep", kv["engstep_ratio"]) }
     } else if ($4 == "mpi") {
         add("mpi" SUBSEP tp[3] SUBSEP kv["bytes"], kv["raw_us"])
     } else if ($4 == "allreduce" && tp[1] == "net") {
@@ -221,6 +222,15 @@ END {
     }
     print "  busbw in GB/s = bytes/time * 2(n-1)/n; rawdiv = (raw + /N pass)/raw; thr_sum = ddpc_allreduce SUM through"
     print "  the progress thread / raw; eng/avg = engine step / ddpc_allreduce AVG (the reducer'"'"'s own cost)"
+    for (np in nps) {
+        hd = 0
+        for (i = 1; i <= n; i++) {
+            k = np SUBSEP sz[i]; if (!(("ar" SUBSEP k SUBSEP "fold") in vals)) continue
+            if (!hd++) { printf "\nreduction + update, %d ranks: raw MPI_Allreduce + ddpc_optim_step over the engine'"'"'s (SGD, one pass), as a fraction of the time of\n", np; printf "%8s %28s %28s\n", "MiB", "engine folding 1/N (range)", "engine averaging (range)" }
+            f = vals["ar" SUBSEP k SUBSEP "fold"]; e = vals["ar" SUBSEP k SUBSEP "engstep"]
+            printf "%8.0f %12.3f (%.3f-%.3f) %12.3f (%.3f-%.3f)\n", sz[i] / 1048576, med(f), lo(f), hi(f), med(e), lo(e), hi(e)
+        }
+    }
     mt = ""
     for (i = 1; i <= n; i++) if (("mpi" SUBSEP "single" SUBSEP sz[i]) in vals && ("mpi" SUBSEP "multiple" SUBSEP sz[i]) in vals) {
         if (mt == "") { printf "\nraw MPI_Allreduce, 2 ranks, MPI_THREAD_SINGLE vs MPI_THREAD_MULTIPLE (separate runs)\n%8s %10s %12s %8s\n", "MiB", "single_us", "multiple_us", "mult/sgl" }

@@ -42,7 +42,26 @@ typedef struct {
                                   the next step's forward (PyTorch's broadcast_buffers;
                                   default 1) */
     int shard;                 /* DDPC_SHARD=none|optim|grads: ddpc_shard_t (ZeRO-1/2) */
+    int fold_average;          /* DDPC_FOLD_AVERAGE=auto|0|1: the all-reduce sums and the
+                                  1/N is applied in ddpc_optim_step's pass (below);
+                                  DDPC_FOLD_AUTO: 1 while a ddpc optimizer is attached */
 } ddpc_ddp_config_t;
+
+/* Folding the average (host engines with compress none and shard none; a
+ * device engine averages inside NCCL, a compressed one in its conversion
+ * copy): the buckets are all-reduced as sums and the division by the world
+ * size, a pass of its own over the gradient arena otherwise, is made inside
+ * the optimizer's pass, with the same bits (x / N, or x * (1/N) when N is a
+ * power of two, as the communicator's average). Between ddpc_ddp_wait and
+ * ddpc_optim_step the arena then holds the sums: ddpc_ddp_grad and
+ * ddpc_ddp_grads called in that window divide it first, so a program that
+ * reads the averaged gradients there must take its pointer from them then,
+ * not keep one from before the wait (or set DDPC_FOLD_AVERAGE=0). After
+ * ddpc_optim_step the arena holds the averages, as without folding. A
+ * backward that adds onto a folded sum (no ddpc_optim_step, zero_grad or
+ * accessor call since the wait) is refused at its next wait with
+ * DDPC_ERR_STATE. */
+#define DDPC_FOLD_AUTO (-1)
 
 /* Sharding (doc/ddp.md): optim keeps on each rank only the optimizer state of
  * its contiguous, aligned range of the parameter arena (ZeRO-1,
@@ -54,7 +73,8 @@ typedef enum { DDPC_SHARD_NONE = 0, DDPC_SHARD_OPTIM = 1, DDPC_SHARD_GRADS = 2 }
 
 #define DDPC_OVERLAP_AUTO (-1)
 #define DDPC_DDP_CONFIG_INIT                                                                   \
-    {(size_t)1 << 20, (size_t)25 << 20, 0, DDPC_F32, DDPC_OVERLAP_AUTO, NULL, 1, DDPC_SHARD_NONE}
+    {(size_t)1 << 20, (size_t)25 << 20, 0, DDPC_F32, DDPC_OVERLAP_AUTO, NULL, 1, DDPC_SHARD_NONE,   \
+     DDPC_FOLD_AUTO}
 
 /* Not collective. cfg may be NULL. The engine uses comm for all its traffic.
  * On a device communicator (nccl, mpi-staged) the arenas (parameters,

@@ -6,6 +6,7 @@
  * float tolerance, and be bitwise identical across ranks after every step.
  * Also: accumulation, unused parameters, errors, compression, bucket plans,
  * clipping, loss scaling and the update rules against hand-computed values;
+ * the folded average (DDPC_FOLD_AVERAGE) bitwise the averaging all-reduce;
  * the sharded optimizer (DDPC_SHARD=optim) bitwise the unsharded one;
  * synchronized batch norm's statistics against two passes over every rank's
  * samples. */
@@ -19,11 +20,11 @@
 
 enum { B = 8 }; /* per-rank batch */
 
-/* A DDP engine over the linear model with buckets small enough to have several. */
-static ddpc_ddp_t make_ddp(const ddpc_ddp_config_t *cfg)
+/* A DDP engine over the linear model on comm, with buckets small enough to have several. */
+static ddpc_ddp_t make_ddp_on(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg)
 {
     ddpc_ddp_t d;
-    T_OK(ddpc_ddp_create(T_comm, cfg, &d));
+    T_OK(ddpc_ddp_create(comm, cfg, &d));
     for (int k = 0; k < K; k++) {
         char name[16];
         snprintf(name, sizeof name, "w.%d", k);
@@ -39,6 +40,8 @@ static ddpc_ddp_t make_ddp(const ddpc_ddp_config_t *cfg)
     ck_assert_int_eq(ddpc_ddp_broadcast_params(d), DDPC_OK);
     return d;
 }
+
+static ddpc_ddp_t make_ddp(const ddpc_ddp_config_t *cfg) { return make_ddp_on(T_comm, cfg); }
 
 static ddpc_ddp_config_t small_buckets(void)
 {
@@ -615,6 +618,178 @@ static void check_sharded(const shard_case_t *sc)
     }
 }
 
+/* Folding the average (DDPC_FOLD_AVERAGE): the buckets all-reduced as sums
+ * and the 1/N made in the optimizer's pass give the parameters, the norm and
+ * the loss scale of the engine that averages in the all-reduce, bit for bit;
+ * between wait and step the arena holds the sums (read through a pointer
+ * kept from before the wait) and the accessors hand out the averages. On
+ * comm, whose size may be any (a 3-rank split: x / 3, not x * (1/3)). */
+typedef struct {
+    ddpc_optim_type_t type;
+    double mu, clip;
+    int nesterov, loss_scale, accum;
+} fold_case_t;
+
+static void check_fold(ddpc_comm_t comm, const fold_case_t *fc)
+{
+    const int rank = ddpc_comm_rank(comm), size = ddpc_comm_size(comm);
+    ddpc_ddp_config_t dc = small_buckets();
+    ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
+    oc.type = fc->type;
+    oc.lr = fc->type == DDPC_OPTIM_SGD ? 0.05 : 0.01;
+    oc.momentum = fc->mu;
+    oc.nesterov = fc->nesterov;
+    oc.weight_decay = 0.01;
+    oc.clip_norm = fc->clip;
+    if (fc->loss_scale) {
+        oc.dynamic_loss_scale = 1;
+        oc.loss_scale = 256;
+        oc.scale_growth_interval = 2;
+    }
+    ddpc_ddp_t d[2];
+    ddpc_optim_t o[2];
+    for (int e = 0; e < 2; e++) { /* e = 0: averaged in the all-reduce, 1: folded */
+        dc.fold_average = e ? DDPC_FOLD_AUTO : 0;
+        d[e] = make_ddp_on(comm, &dc);
+        T_OK(ddpc_optim_create(d[e], &oc, &o[e]));
+    }
+    size_t n;
+    ddpc_ddp_params(d[0], &n);
+    float *sums = malloc(n * sizeof *sums);
+    int folded = 0;
+    for (int t = 0; t < 6; t++) {
+        for (int e = 0; e < 2; e++) {
+            float *p = ddpc_ddp_params(d[e], NULL), *g = ddpc_ddp_grads(d[e], NULL);
+            T_OK(ddpc_ddp_zero_grad(d[e]));
+            for (int m = 0; m < fc->accum; m++) {
+                T_OK(ddpc_ddp_set_sync(d[e], m == fc->accum - 1));
+                grad_linear(p, g, t * 8 + m, rank * B, B,
+                            (float)(fc->loss_scale ? ddpc_optim_loss_scale(o[e]) : 1.0) /
+                                (float)fc->accum);
+                if (fc->loss_scale && t == 2 && rank == 0 && m == 0)
+                    g[n - 1] = INFINITY; /* an overflow: the step is skipped everywhere */
+                backward_ready(d[e], rank);
+                ck_assert_msg(ddpc_ddp_wait(d[e]) == DDPC_OK, "%s", ddpc_ddp_last_error(d[e]));
+            }
+            if (e == 1 && t == 1) { /* the sums through the old pointer, the averages anew */
+                memcpy(sums, g, n * sizeof *sums);
+                const float *avg = ddpc_ddp_grads(d[e], NULL);
+                size_t i = 0;
+                for (; i < n; i++) {
+                    float want = (size & (size - 1)) == 0 ? sums[i] * (1.0f / (float)size)
+                                                          : sums[i] / (float)size;
+                    if (memcmp(&want, &avg[i], sizeof want))
+                        break;
+                    folded += sums[i] != avg[i];
+                }
+                ck_assert_msg(i == n, "rank %d of %d: gradient %zu: sum %.9g, accessor %.9g",
+                              rank, size, i, i < n ? sums[i] : 0.0, i < n ? avg[i] : 0.0);
+            }
+            int stepped = -1;
+            ck_assert_msg(ddpc_optim_step(o[e], &stepped) == DDPC_OK, "%s",
+                          ddpc_ddp_last_error(d[e]));
+            ck_assert_int_eq(stepped, !(fc->loss_scale && t == 2));
+        }
+        const float *p0 = ddpc_ddp_params(d[0], NULL), *p1 = ddpc_ddp_params(d[1], NULL);
+        const float *g0 = ddpc_ddp_grads(d[0], NULL), *g1 = ddpc_ddp_grads(d[1], NULL);
+        size_t bad = n, badg = n;
+        for (size_t i = 0; i < n && bad == n; i++)
+            if (memcmp(&p0[i], &p1[i], sizeof *p0))
+                bad = i;
+        for (size_t i = 0; i < n && badg == n; i++) /* after the step: the averages (or their clip) */
+            if (memcmp(&g0[i], &g1[i], sizeof *g0))
+                badg = i;
+        ck_assert_msg(bad == n && badg == n, "rank %d of %d, step %d (%s mu %g nesterov %d clip %g "
+                      "scale %d accum %d): folded parameter %zu is %.9g, unfolded %.9g; gradient "
+                      "%zu differs", rank, size, t, ddpc_optim_name(fc->type), fc->mu,
+                      fc->nesterov, fc->clip, fc->loss_scale, fc->accum, bad,
+                      bad < n ? p1[bad] : 0.0, bad < n ? p0[bad] : 0.0, badg);
+        double n0 = ddpc_optim_last_grad_norm(o[0]), n1 = ddpc_optim_last_grad_norm(o[1]);
+        ck_assert_msg(!memcmp(&n0, &n1, sizeof n0) || (isinf(n0) && isinf(n1)),
+                      "step %d: folded gradient norm %.17g, unfolded %.17g", t, n1, n0);
+        ck_assert(ddpc_optim_loss_scale(o[0]) == ddpc_optim_loss_scale(o[1]));
+    }
+    /* at 1 rank nothing is owed; otherwise the arena did hold sums */
+    ck_assert_msg((size > 1) == (folded > 0), "rank %d of %d: %d gradients differed from their "
+                  "sums' average", rank, size, folded);
+    free(sums);
+    for (int e = 0; e < 2; e++) {
+        ddpc_optim_destroy(o[e]);
+        ddpc_ddp_destroy(d[e]);
+    }
+}
+
+static void fold_cases(ddpc_comm_t comm)
+{
+    static const fold_case_t cases[] = {
+        {DDPC_OPTIM_SGD, 0.9, 0, 0, 0, 1},    /* the fused pass */
+        {DDPC_OPTIM_SGD, 0.0, 0, 0, 0, 1},    /* without momentum */
+        {DDPC_OPTIM_SGD, 0.9, 0, 1, 0, 1},    /* Nesterov */
+        {DDPC_OPTIM_SGD, 0.9, 0.05, 0, 0, 3}, /* clipping (the norm's pass), accumulation */
+        {DDPC_OPTIM_ADAMW, 0, 0, 0, 0, 1},
+        {DDPC_OPTIM_ADAMW, 0, 0.05, 0, 1, 1}, /* loss scaling with an overflow */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        check_fold(comm, &cases[k]);
+}
+
+START_TEST(folded_average_bitwise)
+{
+    fold_cases(T_comm);
+    if (T_size < 4)
+        return;
+    ddpc_comm_t three; /* a world size that is not a power of two */
+    T_OK(ddpc_comm_split(T_comm, T_rank < 3 ? 0 : DDPC_COLOR_NONE, 0, NULL, &three));
+    if (three)
+        fold_cases(three);
+    ddpc_comm_destroy(three);
+}
+END_TEST
+
+/* A backward that adds onto a folded sum (no step, zero_grad or accessor
+ * since the wait) is refused on every rank; DDPC_FOLD_AVERAGE=0 takes it. */
+START_TEST(folded_sum_accumulated_refused)
+{
+    ddpc_ddp_config_t dc = small_buckets();
+    for (int off = 0; off < 2; off++) {
+        if (off)
+            setenv("DDPC_FOLD_AVERAGE", "0", 1);
+        ddpc_ddp_t d = make_ddp(&dc);
+        ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
+        ddpc_optim_t o;
+        T_OK(ddpc_optim_create(d, &oc, &o));
+        float *p = ddpc_ddp_params(d, NULL), *g = ddpc_ddp_grads(d, NULL);
+        T_OK(ddpc_ddp_zero_grad(d));
+        ddpc_status_t st = DDPC_OK;
+        for (int t = 0; t < 2 && st == DDPC_OK; t++) { /* two backwards, one optimizer step */
+            grad_linear(p, g, t, T_rank * B, B, 1.0f);
+            /* with overlap (ranks on two nodes) the first grad_ready that
+               launches a bucket refuses; without, the wait */
+            for (int i = ddpc_ddp_num_params(d) - 1; i >= 0 && st == DDPC_OK; i--)
+                st = ddpc_ddp_grad_ready(d, i);
+            ddpc_status_t ws = ddpc_ddp_wait(d);
+            st = st ? st : ws;
+        }
+        if (off || T_size == 1) {
+            ck_assert_msg(st == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+        } else {
+            ck_assert_int_eq(st, DDPC_ERR_STATE);
+            ck_assert_msg(strstr(ddpc_ddp_last_error(d), "DDPC_FOLD_AVERAGE=0"), "%s",
+                          ddpc_ddp_last_error(d));
+        }
+        /* the engine goes on after zero_grad */
+        T_OK(ddpc_ddp_zero_grad(d));
+        grad_linear(p, g, 3, T_rank * B, B, 1.0f);
+        backward_ready(d, T_rank);
+        ck_assert_msg(ddpc_ddp_wait(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+        T_OK(ddpc_optim_step(o, NULL));
+        ddpc_optim_destroy(o);
+        ddpc_ddp_destroy(d);
+    }
+    unsetenv("DDPC_FOLD_AVERAGE");
+}
+END_TEST
+
 START_TEST(sharded_sgd_momentum_bitwise)
 {
     shard_case_t c = {DDPC_OPTIM_SGD, 0, 0, 1, DDPC_F32, DDPC_SHARD_OPTIM};
@@ -961,6 +1136,7 @@ static Suite *ddp_suite(void)
     tcase_add_test(core, replicas_compared);
     tcase_add_test(core, overlap_setting);
     tcase_add_test(core, buffers_broadcast);
+    tcase_add_test(core, folded_average_bitwise);
     suite_add_tcase(s, core);
     TCase *sh = tcase_create("sharding");
     tcase_set_timeout(sh, 120);
@@ -983,6 +1159,7 @@ static Suite *ddp_suite(void)
     tcase_add_test(bad, model_mismatch_named_on_every_rank);
     tcase_add_test(bad, batchnorm_stats_bad_arguments);
     tcase_add_test(bad, buffer_names_and_mismatch);
+    tcase_add_test(bad, folded_sum_accumulated_refused);
     suite_add_tcase(s, bad);
     return s;
 }

@@ -68,6 +68,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     static const char *const comp[] = {"none", "bf16", "fp16", NULL};
     static const char *const ov[] = {"0", "1", "auto", NULL}; /* 2: DDPC_OVERLAP_AUTO */
     static const char *const shard[] = {"none", "optim", "grads", NULL}; /* ddpc_shard_t */
+    static const char *const fold[] = {"0", "1", "auto", NULL}; /* 2: DDPC_FOLD_AUTO */
     ddpc_t rt = d->rt;
     double first = (double)d->cfg.first_bucket_bytes / 1048576.0;
     double cap = (double)d->cfg.bucket_bytes / 1048576.0;
@@ -75,6 +76,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     int overlap = d->cfg.overlap == DDPC_OVERLAP_AUTO ? 2 : d->cfg.overlap != 0;
     int c = d->cfg.compress == DDPC_BF16 ? 1 : d->cfg.compress == DDPC_F16 ? 2 : 0;
     int sh = d->cfg.shard;
+    int fo = d->cfg.fold_average == DDPC_FOLD_AUTO ? 2 : d->cfg.fold_average != 0;
     ddpc_status_t st;
     if ((st = ddpc_env_double(rt, "DDPC_FIRST_BUCKET_MB", 0, 1 << 20, &first)) ||
         (st = ddpc_env_double(rt, "DDPC_BUCKET_MB", 1.0 / 1024, 1 << 20, &cap)) ||
@@ -83,7 +85,8 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
         (st = ddpc_env_choice(rt, "DDPC_OVERLAP", ov, &overlap)) ||
         (st = ddpc_env_long(rt, "DDPC_CHECK_PARAMS", 0, 1000000000L, &d->check_every)) ||
         (st = ddpc_env_choice(rt, "DDPC_COMPRESS", comp, &c)) ||
-        (st = ddpc_env_choice(rt, "DDPC_SHARD", shard, &sh))) {
+        (st = ddpc_env_choice(rt, "DDPC_SHARD", shard, &sh)) ||
+        (st = ddpc_env_choice(rt, "DDPC_FOLD_AVERAGE", fold, &fo))) {
         snprintf(d->err, sizeof d->err, "%s", ddpc_last_error(rt));
         return st;
     }
@@ -94,6 +97,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     d->cfg.overlap = overlap == 2 ? DDPC_OVERLAP_AUTO : overlap;
     d->cfg.compress = c == 1 ? DDPC_BF16 : c == 2 ? DDPC_F16 : DDPC_F32;
     d->cfg.shard = sh;
+    d->cfg.fold_average = fo == 2 ? DDPC_FOLD_AUTO : fo;
     return DDPC_OK;
 }
 
@@ -614,6 +618,8 @@ float *ddpc_ddp_param(ddpc_ddp_t d, int i)
 
 float *ddpc_ddp_grad(ddpc_ddp_t d, int i)
 {
+    if (d && d->built)
+        ddp_settle_average(d);
     return d && d->built && i >= 0 && i < d->nparams ? d->grad_arena + d->params[i].offset : NULL;
 }
 
@@ -628,6 +634,8 @@ float *ddpc_ddp_grads(ddpc_ddp_t d, size_t *numel)
 {
     if (numel)
         *numel = d ? d->numel : 0;
+    if (d && d->built)
+        ddp_settle_average(d);
     return d && d->built ? d->grad_arena : NULL;
 }
 

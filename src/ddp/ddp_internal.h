@@ -80,6 +80,12 @@ struct ddpc_ddp {
     int prev_unready;       /* this rank's count of that step */
     char prev_names[768];   /* and the parameters */
 
+    /* folding the average (cfg.fold_average): the arena holds the sums of a
+     * folded wait until the optimizer's pass, an accessor or zero_grad */
+    int optims;             /* host optimizers attached (DDPC_FOLD_AUTO) */
+    int fold_step;          /* this step's buckets are all-reduced as sums */
+    int avg_pending;        /* the arena holds the sums; 1/size is owed */
+
     long check_every;       /* DDPC_CHECK_PARAMS: compare the replicas every K optimizer steps */
     uint64_t optim_steps;   /* ddpc_optim_step calls, for check_every */
     int check_capture_said; /* the "captured steps are not checked" note was logged */
@@ -95,6 +101,12 @@ ddpc_status_t ddp_cuda_check(ddpc_ddp_t d, int cuda_error, const char *call);
  * nothing that synchronizes the host may run (the replica check, the
  * unused-parameter check). 0 on the host. */
 int ddp_capturing(ddpc_ddp_t d);
+
+/* Folding the average (reducer.c): whether a step launched now folds, and
+ * the owed division made in a pass of its own (the accessors, the optimizer's
+ * passes that cannot fold it). */
+int ddp_folds(ddpc_ddp_t d);
+void ddp_settle_average(ddpc_ddp_t d);
 
 #define ddp_err(d, st, ...) DDPC_HANDLE_ERR(d, "ddp", st, __VA_ARGS__)
 

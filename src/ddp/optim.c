@@ -29,6 +29,7 @@ struct ddpc_optim {
                           state_len) of the parameter arena's layout */
     size_t state_off, state_len; /* the engine's shard; 0 and numel unsharded */
     int sharded;       /* the engine's shard != DDPC_SHARD_NONE */
+    int counted;       /* in the engine's optims (a host optimizer, created) */
     uint64_t steps;    /* updates applied */
     double scale;      /* dynamic loss scale */
     int good_steps;    /* since the last overflow or growth */
@@ -178,6 +179,8 @@ ddpc_status_t ddpc_optim_create(ddpc_ddp_t d, const ddpc_optim_config_t *cfg, dd
         }
         memset(o->state[k], 0, bytes);
     }
+    d->optims++;
+    o->counted = 1;
     *out = o;
     return DDPC_OK;
 }
@@ -200,6 +203,8 @@ void ddpc_optim_destroy(ddpc_optim_t o)
 #endif
     for (int k = 0; k < o->nstates; k++)
         free(o->state[k]);
+    if (o->ddp->optims > 0 && o->counted)
+        o->ddp->optims--;
     free(o);
 }
 
@@ -242,6 +247,36 @@ static double sumsq(const float *restrict g, size_t n)
     return acc_total(acc);
 }
 
+/* A folded average's owed 1/N (ddpc_ddp_config_t's fold_average) made in
+ * place, gathering the sum of squares of the averages as sumsq does: x * r
+ * with r = 1/N when N is a power of two (the same value as x / N), else
+ * x / N: the communicator's average bit for bit. */
+static inline __attribute__((always_inline)) void settle_pass(float *restrict g, size_t n,
+                                                              float f, int div,
+                                                              double acc[BLOCK])
+{
+    size_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK)
+        for (int k = 0; k < BLOCK; k++) {
+            g[i + k] = div ? g[i + k] / f : g[i + k] * f;
+            acc[k] += (double)g[i + k] * (double)g[i + k];
+        }
+    for (int k = 0; i < n; i++, k++) {
+        g[i] = div ? g[i] / f : g[i] * f;
+        acc[k] += (double)g[i] * (double)g[i];
+    }
+}
+
+static double settle_sumsq(float *restrict g, size_t n, int size)
+{
+    double acc[BLOCK] = {0};
+    if ((size & (size - 1)) == 0)
+        settle_pass(g, n, 1.0f / (float)size, 0, acc);
+    else
+        settle_pass(g, n, (float)size, 1, acc);
+    return acc_total(acc);
+}
+
 /* The sum of squares of the whole model held in pieces by c's ranks (a norm
  * group, or a sharded engine's communicator): the partial sums go along c in
  * rank order (each rank adds its piece's, g: the model's floats [phase,
@@ -268,17 +303,21 @@ static ddpc_status_t group_sumsq(ddpc_optim_t o, ddpc_comm_t c, const float *g, 
     return DDPC_OK;
 }
 
-/* One SGD pass; mom, first and nest are constants at each call site, so
- * every variant compiles to its own loop without branches. acc (BLOCK
+/* One SGD pass; mom, first, nest and fold are constants at each call site,
+ * so every variant compiles to its own loop without branches. acc (BLOCK
  * doubles, or NULL) gathers the sum of squares of g on the way, when no
- * earlier pass needed it. */
+ * earlier pass needed it. fold 1 or 2: g holds a folded average's sums,
+ * made the average on the way (x * f, or x / f; settle_pass) and stored. */
 static inline __attribute__((always_inline)) void
-sgd_pass(float *restrict p, const float *restrict g, float *restrict buf, size_t n, float lr,
-         float wd, float mu, float damp, int mom, int first, int nest, double *restrict acc)
+sgd_pass(float *restrict p, float *restrict g, float *restrict buf, size_t n, float lr,
+         float wd, float mu, float damp, int mom, int first, int nest, double *restrict acc,
+         int fold, float f)
 {
     size_t i = 0;
 #define SGD_ONE(j, k)                                                                     \
     do {                                                                                  \
+        if (fold)                                                                         \
+            g[j] = fold == 2 ? g[j] / f : g[j] * f;                                       \
         float gi = g[j] + wd * p[j];                                                      \
         if (acc)                                                                          \
             acc[k] += (double)g[j] * (double)g[j];                                        \
@@ -308,36 +347,44 @@ static void scale_pass(float *restrict g, size_t n, float f)
         g[i] *= f;
 }
 
-#define SGD_VARIANTS(A)                                                                   \
+#define SGD_VARIANTS(A, F)                                                                \
     do {                                                                                  \
         if (mu <= 0)                                                                      \
-            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 0, 0, 0, A);                         \
+            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 0, 0, 0, A, F, f);                   \
         else if (first && nest)                                                           \
-            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 1, 1, 1, A);                         \
+            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 1, 1, 1, A, F, f);                   \
         else if (first)                                                                   \
-            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 1, 1, 0, A);                         \
+            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 1, 1, 0, A, F, f);                   \
         else if (nest)                                                                    \
-            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 1, 0, 1, A);                         \
+            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 1, 0, 1, A, F, f);                   \
         else                                                                              \
-            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 1, 0, 0, A);                         \
+            sgd_pass(p, g, buf, n, lr, wd, mu, damp, 1, 0, 0, A, F, f);                   \
     } while (0)
 
-/* PyTorch's SGD: one pass over p, g and the momentum buffer */
-static void sgd(ddpc_optim_t o, float *p, const float *g, size_t n, double *acc)
+/* PyTorch's SGD: one pass over p, g and the momentum buffer; fold > 1: g
+ * holds the sums of a folded average over fold ranks (only with acc: a
+ * pass that needed the norm first has settled it) */
+static void sgd(ddpc_optim_t o, float *p, float *g, size_t n, double *acc, int fold)
 {
     const ddpc_optim_config_t *c = &o->cfg;
     const float lr = (float)c->lr, wd = (float)c->weight_decay, mu = (float)c->momentum;
     const float damp = 1.0f - (float)c->dampening;
     const int first = o->steps == 0, nest = c->nesterov;
     float *buf = o->state[0];
-    if (acc)
-        SGD_VARIANTS(acc);
+    const int pow2 = (fold & (fold - 1)) == 0;
+    const float f = pow2 ? 1.0f / (float)fold : (float)fold;
+    if (!acc)
+        SGD_VARIANTS(NULL, 0);
+    else if (fold <= 1)
+        SGD_VARIANTS(acc, 0);
+    else if (pow2)
+        SGD_VARIANTS(acc, 1);
     else
-        SGD_VARIANTS(NULL);
+        SGD_VARIANTS(acc, 2);
 }
 #undef SGD_VARIANTS
 
-static void adamw(ddpc_optim_t o, float *p, const float *g, size_t n)
+static void adamw(ddpc_optim_t o, float *p, const float *restrict g, size_t n)
 {
     const ddpc_optim_config_t *c = &o->cfg;
     const double t = (double)(o->steps + 1);
@@ -396,14 +443,27 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
      * own first; otherwise the update pass gathers it on the way */
     const int norm_first =
         o->cfg.dynamic_loss_scale || o->cfg.clip_norm > 0 || o->norm_group || o->sharded;
-    double ss = 0;
+    /* a folded average (never sharded) is made in the SGD pass; where a norm
+     * comes first, or for AdamW, in the norm's pass */
+    const int fold = d->avg_pending && !norm_first && o->cfg.type == DDPC_OPTIM_SGD ? d->size : 0;
+    double ss = 0, settled_ss = 0;
+    int settled = 0;
+    if (d->avg_pending && !fold) {
+        if (o->norm_group)
+            ddp_settle_average(d);
+        else {
+            settled_ss = settle_sumsq(d->grad_arena, d->numel, d->size);
+            settled = 1;
+            d->avg_pending = 0;
+        }
+    }
     if (o->norm_group || o->sharded) {
         ddpc_status_t st = o->sharded ? group_sumsq(o, d->comm, g, n, o->state_off, &ss)
                                       : group_sumsq(o, o->norm_group, g, n, o->norm_offset, &ss);
         if (st != DDPC_OK)
             return st;
     } else if (norm_first) {
-        ss = sumsq(g, n);
+        ss = settled ? settled_ss : sumsq(g, n);
     }
     o->last_stepped = 1;
     if (o->cfg.dynamic_loss_scale) {
@@ -428,10 +488,11 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
     }
     double acc[BLOCK] = {0};
     if (o->cfg.type == DDPC_OPTIM_SGD) {
-        sgd(o, p, g, n, norm_first ? NULL : acc);
+        sgd(o, p, g, n, norm_first ? NULL : acc, fold);
+        d->avg_pending = 0;
     } else {
         if (!norm_first)
-            acc[0] = sumsq(g, n);
+            acc[0] = settled ? settled_ss : sumsq(g, n);
         adamw(o, p, g, n);
     }
     if (!norm_first) {

@@ -4,8 +4,9 @@
  * asynchronously on the communicator's progress thread while backward goes
  * on. wait() launches the rest, checks that no parameter was left unready
  * (on every rank at once), and waits. Averaging happens in the reduction
- * (uncompressed: SUM then /N on the progress thread) or in the conversion
- * copy (compressed: g/N rounded to bf16/fp16, then SUM). A device engine
+ * (uncompressed: SUM then /N on the progress thread), in the optimizer's
+ * pass (folded: SUM, and the /N owed until ddpc_optim_step; ddp_folds) or
+ * in the conversion copy (compressed: g/N rounded to bf16/fp16, then SUM). A device engine
  * does the same on its stream: the conversions are kernels, the all-reduces
  * wait for the compute stream through the communicator, and wait() makes
  * the compute stream wait for them (cuda_kernels.cu, src/comm/nccl.c). */
@@ -53,12 +54,35 @@ ddpc_status_t ddpc_ddp_set_sync(ddpc_ddp_t d, int sync)
     return DDPC_OK;
 }
 
+/* Folding applies to host engines with float32 buckets, unsharded (a
+ * shard's optimizer steps only its slice: the rest would stay sums), across
+ * more than one rank; DDPC_FOLD_AUTO wants a ddpc optimizer to pay the
+ * division (a program's own optimizer reads the arena through a pointer it
+ * holds). The same on every rank where the ranks build the same engine and
+ * optimizer; were it not, each rank's gradients still come out the same,
+ * as the wire carries a sum either way. */
+int ddp_folds(ddpc_ddp_t d)
+{
+    return !ON_DEVICE(d) && d->size > 1 && d->cfg.compress == DDPC_F32 &&
+           d->cfg.shard == DDPC_SHARD_NONE &&
+           (d->cfg.fold_average == DDPC_FOLD_AUTO ? d->optims > 0 : d->cfg.fold_average != 0);
+}
+
+void ddp_settle_average(ddpc_ddp_t d)
+{
+    if (!d->avg_pending)
+        return;
+    comm_divide(d->grad_arena, d->numel, DDPC_F32, d->size);
+    d->avg_pending = 0;
+}
+
 ddpc_status_t ddpc_ddp_zero_grad(ddpc_ddp_t d)
 {
     if (!d || !d->built)
         return d ? ddp_err(d, DDPC_ERR_STATE, "zero_grad before build") : DDPC_ERR_INVALID;
     if (d->step_active)
         return ddp_err(d, DDPC_ERR_STATE, "zero_grad while reductions may be running (before wait)");
+    d->avg_pending = 0;
     if (ON_DEVICE(d)) {
 #ifdef DDPC_HAVE_CUDA
         return ddp_cuda_check(d, cudaMemsetAsync(d->grad_arena, 0, d->numel * sizeof(float),
@@ -75,8 +99,17 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
     float *g = d->grad_arena + bk->offset;
     ddpc_status_t st;
     const double t_issue = ddpc_tl_t0();
-    if (d->next_launch == 0)
+    if (d->next_launch == 0) {
         d->t_first_launch = ddpc_now();
+        if (d->avg_pending) /* the backward added onto a folded sum: the average is lost */
+            return ddp_err(d, DDPC_ERR_STATE,
+                           "this step's gradients were added onto the previous step's summed "
+                           "gradients (DDPC_FOLD_AVERAGE: the all-reduce sums and "
+                           "ddpc_optim_step divides): call ddpc_optim_step, ddpc_ddp_zero_grad "
+                           "or ddpc_ddp_grads between a wait and the next backward, or set "
+                           "DDPC_FOLD_AVERAGE=0");
+        d->fold_step = ddp_folds(d);
+    }
     if (ON_DEVICE(d) && (st = comm_failed(d)) != DDPC_OK)
         return st;
     bk->seq = ddpc_comm_seq(d->comm); /* the engine issues its collectives from one thread */
@@ -108,7 +141,8 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
             lo = hi;
         }
     } else if (d->cfg.compress == DDPC_F32) {
-        st = ddpc_iallreduce(d->comm, g, g, bk->numel, DDPC_F32, DDPC_AVG, &bk->work);
+        st = ddpc_iallreduce(d->comm, g, g, bk->numel, DDPC_F32,
+                             d->fold_step ? DDPC_SUM : DDPC_AVG, &bk->work);
     } else {
         /* fold the 1/N into the conversion copy: no extra pass */
         const float inv = 1.0f / (float)d->size;
@@ -360,6 +394,7 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     double t1 = ddpc_now();
     d->comm_s = t1 - d->t_first_launch;
     d->blocked_s = t1 - t0;
+    d->avg_pending = st == DDPC_OK && d->fold_step && d->nbuckets > 0;
     if (st == DDPC_OK && late != DDPC_OK)
         st = late;
     if (st == DDPC_OK && worst > 0 && !d->cfg.find_unused) {
