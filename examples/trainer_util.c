@@ -47,12 +47,14 @@ int tr_allreduce(trainer_t *t, const void *in, void *out, size_t n, ddpc_dtype_t
 
 /* Collective: 0 when every rank's rc is 0. Otherwise each failing rank prints
  * its message and every rank returns -1, so all stop together. A failing
- * all-reduce leaves no way to agree: the job is aborted. */
+ * all-reduce leaves no way to agree: the job is aborted, the message saying
+ * "trainer: agreement" (a rank that stopped makes the others time out here,
+ * between steps: around a checkpoint, at setup). */
 int tr_agree(trainer_t *t, int rc)
 {
     int32_t mine = rc != 0, any = 0;
     if (tr_allreduce(t, &mine, &any, 1, DDPC_I32, DDPC_MAX))
-        ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
+        tr_fatal(t, "agreement", ddpc_last_error(t->rt));
     if (mine)
         fprintf(stderr, "%s\n", t->err[0] ? t->err : "trainer: failed (no message)");
     return any ? -1 : 0;
@@ -65,7 +67,7 @@ int tr_agree_same(trainer_t *t, int rc)
 {
     int32_t mine[2] = {rc != 0, t->rank == 0 && rc != 0}, any[2] = {0, 0};
     if (tr_allreduce(t, mine, any, 2, DDPC_I32, DDPC_MAX))
-        ddpc_abort(t->rt, TRAINER_EXIT_ERROR, ddpc_last_error(t->rt));
+        tr_fatal(t, "agreement", ddpc_last_error(t->rt));
     if (mine[0] && (t->rank == 0 || !any[1]))
         fprintf(stderr, "%s\n", t->err[0] ? t->err : "trainer: failed (no message)");
     return any[0] ? -1 : 0;

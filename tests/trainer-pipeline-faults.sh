@@ -59,7 +59,7 @@ cat "$TMP/frozen"
 # (the others may wait for a rank that waits for rank 1)
 grep -E 'did not complete within 3s' "$TMP/frozen" >"$TMP/lines" || fail "frozen: no timeout message"
 while IFS= read -r l; do
-    printf '%s\n' "$l" | grep -Eq '^ddpc\[rank [0-9]/4 [^]]*\] trainer: (pipeline|ddp|stop vote|log|checksum|checkpoint)' ||
+    printf '%s\n' "$l" | grep -Eq '^ddpc\[rank [0-9]/4 [^]]*\] trainer: (pipeline|ddp|stop vote|log|checksum|checkpoint|agreement)' ||
         fail "frozen: a message does not say where the rank waited: $l"
 done <"$TMP/lines"
 line=$(grep -E 'rank 1 on [^:]+: no heartbeat for [0-9.]+s: stopped' "$TMP/lines" | head -n1)
