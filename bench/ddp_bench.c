@@ -220,7 +220,8 @@ static const char *const vname[NV] = {"raw",     "rawdiv",  "thr_sum", "thr_avg"
 
 /* The reduction and the update (rawstep, engstep, fold): each variant its
  * own engine with an SGD optimizer (no momentum, lr 0: the parameters stay
- * as they are), one pass over p and g. rawstep: raw MPI_Allreduce SUM on the
+ * as they are), one pass over p and g; each starts with zero_grad, as a
+ * training step does (a memset of the arena, the same on all three). rawstep: raw MPI_Allreduce SUM on the
  * engine's arena, then ddpc_optim_step (no division anywhere: the bound);
  * engstep: the engine averaging in its all-reduce, then the step; fold: the
  * engine folding the 1/N into the step's pass (DDPC_FOLD_AVERAGE). */
@@ -252,12 +253,14 @@ static void ar_op(ar_case_t *c, int v)
         CKD(c->ddp, ddpc_ddp_wait(c->ddp));
         break;
     case V_RAWSTEP:
+        CKD(c->dstep[0], ddpc_ddp_zero_grad(c->dstep[0]));
         MPI_Allreduce(MPI_IN_PLACE, c->buf[v], (int)c->n, MPI_FLOAT, MPI_SUM, g_comm);
         CKD(c->dstep[0], ddpc_optim_step(c->ostep[0], NULL));
         break;
     case V_ENGSTEP:
     case V_FOLD: {
         ddpc_ddp_t d = c->dstep[v - V_RAWSTEP];
+        CKD(d, ddpc_ddp_zero_grad(d));
         CKD(d, ddpc_ddp_grad_ready(d, 0));
         CKD(d, ddpc_ddp_wait(d));
         CKD(d, ddpc_optim_step(c->ostep[v - V_RAWSTEP], NULL));
@@ -357,8 +360,8 @@ static void run_allreduce(const opts_t *o)
                "(SUM then /N); raw = MPI_Allreduce(MPI_IN_PLACE, MPI_SUM), no division; "
                "rawdiv = raw + the /N pass; thr_sum/thr_avg = ddpc_allreduce through the "
                "progress thread; rawstep/engstep/fold = raw, the averaging engine and the "
-               "engine folding 1/N into the optimizer, each followed by ddpc_optim_step (SGD, "
-               "one pass). Times: median per operation of the slowest rank.\n");
+               "engine folding 1/N into the optimizer, each zero_grad + the reduction + "
+               "ddpc_optim_step (SGD, one pass). Times: median per operation of the slowest rank.\n");
     for (int s = 0; s < o->nsizes; s++) {
         size_t bytes = (size_t)(o->sizes_mib[s] * 1048576.0) / 4 * 4;
         ar_case_t c = {.n = bytes / 4};

@@ -53,14 +53,13 @@ typedef struct {
  * size, a pass of its own over the gradient arena otherwise, is made inside
  * the optimizer's pass, with the same bits (x / N, or x * (1/N) when N is a
  * power of two, as the communicator's average). Between ddpc_ddp_wait and
- * ddpc_optim_step the arena then holds the sums: ddpc_ddp_grad and
- * ddpc_ddp_grads called in that window divide it first, so a program that
- * reads the averaged gradients there must take its pointer from them then,
- * not keep one from before the wait (or set DDPC_FOLD_AVERAGE=0). After
- * ddpc_optim_step the arena holds the averages, as without folding. A
- * backward that adds onto a folded sum (no ddpc_optim_step, zero_grad or
- * accessor call since the wait) is refused at its next wait with
- * DDPC_ERR_STATE. */
+ * ddpc_ddp_zero_grad the arena then holds the sums (the optimizer divides
+ * them in registers and leaves them): ddpc_ddp_grad and ddpc_ddp_grads
+ * called in that window divide it first, so a program that reads the
+ * averaged gradients there must take its pointer from them then, not keep
+ * one from before the wait (or set DDPC_FOLD_AVERAGE=0). A backward that
+ * adds onto a folded sum (no zero_grad or accessor call since the wait) is
+ * refused at its next wait with DDPC_ERR_STATE. */
 #define DDPC_FOLD_AUTO (-1)
 
 /* Sharding (doc/ddp.md): optim keeps on each rank only the optimizer state of

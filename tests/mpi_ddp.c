@@ -746,12 +746,14 @@ START_TEST(folded_average_bitwise)
 }
 END_TEST
 
-/* A backward that adds onto a folded sum (no step, zero_grad or accessor
- * since the wait) is refused on every rank; DDPC_FOLD_AVERAGE=0 takes it. */
+/* A backward that adds onto a folded sum (no zero_grad or accessor since the
+ * wait; with or without an optimizer step between) is refused on every
+ * rank; DDPC_FOLD_AVERAGE=0 takes it. */
 START_TEST(folded_sum_accumulated_refused)
 {
     ddpc_ddp_config_t dc = small_buckets();
-    for (int off = 0; off < 2; off++) {
+    for (int c = 0; c < 3; c++) { /* 0: no step between, 1: a step, 2: not folded */
+        const int off = c == 2;
         if (off)
             setenv("DDPC_FOLD_AVERAGE", "0", 1);
         ddpc_ddp_t d = make_ddp(&dc);
@@ -769,6 +771,8 @@ START_TEST(folded_sum_accumulated_refused)
                 st = ddpc_ddp_grad_ready(d, i);
             ddpc_status_t ws = ddpc_ddp_wait(d);
             st = st ? st : ws;
+            if (st == DDPC_OK && t == 0 && c == 1)
+                st = ddpc_optim_step(o, NULL);
         }
         if (off || T_size == 1) {
             ck_assert_msg(st == DDPC_OK, "%s", ddpc_ddp_last_error(d));

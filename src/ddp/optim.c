@@ -307,20 +307,20 @@ static ddpc_status_t group_sumsq(ddpc_optim_t o, ddpc_comm_t c, const float *g, 
  * so every variant compiles to its own loop without branches. acc (BLOCK
  * doubles, or NULL) gathers the sum of squares of g on the way, when no
  * earlier pass needed it. fold 1 or 2: g holds a folded average's sums,
- * made the average on the way (x * f, or x / f; settle_pass) and stored. */
+ * made the average on the way (x * f, or x / f; settle_pass) and left as
+ * they are (the engine still owes the division to its accessors). */
 static inline __attribute__((always_inline)) void
-sgd_pass(float *restrict p, float *restrict g, float *restrict buf, size_t n, float lr,
+sgd_pass(float *restrict p, const float *restrict g, float *restrict buf, size_t n, float lr,
          float wd, float mu, float damp, int mom, int first, int nest, double *restrict acc,
          int fold, float f)
 {
     size_t i = 0;
 #define SGD_ONE(j, k)                                                                     \
     do {                                                                                  \
-        if (fold)                                                                         \
-            g[j] = fold == 2 ? g[j] / f : g[j] * f;                                       \
-        float gi = g[j] + wd * p[j];                                                      \
+        const float gj = fold == 2 ? g[j] / f : fold ? g[j] * f : g[j];                   \
+        float gi = gj + wd * p[j];                                                        \
         if (acc)                                                                          \
-            acc[k] += (double)g[j] * (double)g[j];                                        \
+            acc[k] += (double)gj * (double)gj;                                            \
         if (mom) {                                                                        \
             float b = first ? gi : mu * buf[j] + damp * gi;                               \
             buf[j] = b;                                                                   \
@@ -364,7 +364,7 @@ static void scale_pass(float *restrict g, size_t n, float f)
 /* PyTorch's SGD: one pass over p, g and the momentum buffer; fold > 1: g
  * holds the sums of a folded average over fold ranks (only with acc: a
  * pass that needed the norm first has settled it) */
-static void sgd(ddpc_optim_t o, float *p, float *g, size_t n, double *acc, int fold)
+static void sgd(ddpc_optim_t o, float *p, const float *g, size_t n, double *acc, int fold)
 {
     const ddpc_optim_config_t *c = &o->cfg;
     const float lr = (float)c->lr, wd = (float)c->weight_decay, mu = (float)c->momentum;
@@ -443,8 +443,10 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
      * own first; otherwise the update pass gathers it on the way */
     const int norm_first =
         o->cfg.dynamic_loss_scale || o->cfg.clip_norm > 0 || o->norm_group || o->sharded;
-    /* a folded average (never sharded) is made in the SGD pass; where a norm
-     * comes first, or for AdamW, in the norm's pass */
+    /* a folded average (never sharded) is made in the SGD pass, in registers:
+     * the arena keeps the sums until zero_grad, or an accessor divides it;
+     * where a norm comes first, or for AdamW, the norm's pass divides it in
+     * place */
     const int fold = d->avg_pending && !norm_first && o->cfg.type == DDPC_OPTIM_SGD ? d->size : 0;
     double ss = 0, settled_ss = 0;
     int settled = 0;
@@ -489,7 +491,6 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
     double acc[BLOCK] = {0};
     if (o->cfg.type == DDPC_OPTIM_SGD) {
         sgd(o, p, g, n, norm_first ? NULL : acc, fold);
-        d->avg_pending = 0;
     } else {
         if (!norm_first)
             acc[0] = settled ? settled_ss : sumsq(g, n);

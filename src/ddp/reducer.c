@@ -105,8 +105,9 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
             return ddp_err(d, DDPC_ERR_STATE,
                            "this step's gradients were added onto the previous step's summed "
                            "gradients (DDPC_FOLD_AVERAGE: the all-reduce sums and "
-                           "ddpc_optim_step divides): call ddpc_optim_step, ddpc_ddp_zero_grad "
-                           "or ddpc_ddp_grads between a wait and the next backward, or set "
+                           "ddpc_optim_step divides in its pass, leaving the sums): call "
+                           "ddpc_ddp_zero_grad before the next backward (or ddpc_ddp_grads, "
+                           "which makes the averages, to accumulate onto them), or set "
                            "DDPC_FOLD_AVERAGE=0");
         d->fold_step = ddp_folds(d);
     }
