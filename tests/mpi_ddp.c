@@ -486,6 +486,45 @@ END_TEST
 
 /* ------------------------------------------------------------------ sharding */
 
+/* The optimizer of the sharding and folding cases: lr 0.05 (SGD) or 0.01
+ * (AdamW), weight decay 0.01, and with loss_scale a dynamic scale from 256
+ * that doubles every 2 good steps. */
+static ddpc_optim_config_t case_optim(ddpc_optim_type_t type, double mu, double clip, int loss_scale)
+{
+    ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
+    oc.type = type;
+    oc.lr = type == DDPC_OPTIM_SGD ? 0.05 : 0.01;
+    oc.momentum = mu;
+    oc.weight_decay = 0.01;
+    oc.clip_norm = clip;
+    if (loss_scale) {
+        oc.dynamic_loss_scale = 1;
+        oc.loss_scale = 256;
+        oc.scale_growth_interval = 2;
+    }
+    return oc;
+}
+
+/* Step t's micro-steps on engine d, rank `rank` of its communicator: zero_grad,
+ * then accum backwards of the linear model (the last one synced), the loss
+ * scaled by o's loss scale when loss_scale; at t == 2 rank 0's first
+ * micro-step overflows (the step is skipped everywhere). */
+static void micro_steps(ddpc_ddp_t d, ddpc_optim_t o, int rank, int t, int accum, int loss_scale)
+{
+    size_t n;
+    float *p = ddpc_ddp_params(d, &n), *g = ddpc_ddp_grads(d, NULL);
+    T_OK(ddpc_ddp_zero_grad(d));
+    for (int m = 0; m < accum; m++) {
+        T_OK(ddpc_ddp_set_sync(d, m == accum - 1));
+        grad_linear(p, g, t * 8 + m, rank * B, B,
+                    (float)(loss_scale ? ddpc_optim_loss_scale(o) : 1.0) / (float)accum);
+        if (loss_scale && t == 2 && rank == 0 && m == 0)
+            g[n - 1] = INFINITY;
+        backward_ready(d, rank);
+        ck_assert_msg(ddpc_ddp_wait(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+    }
+}
+
 /* One case of the sharded engine (DDPC_SHARD=optim) against the unsharded
  * one, trained side by side on the same data: after every step the
  * parameters, and the last gradient norm, are bitwise the same; the state
@@ -518,17 +557,7 @@ static void check_sharded(const shard_case_t *sc)
     dc.compress = sc->compress;
     ddpc_ddp_t d[2];
     ddpc_optim_t o[2];
-    ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
-    oc.type = sc->type;
-    oc.lr = sc->type == DDPC_OPTIM_SGD ? 0.05 : 0.01;
-    oc.momentum = 0.9;
-    oc.weight_decay = 0.01;
-    oc.clip_norm = sc->clip;
-    if (sc->loss_scale) {
-        oc.dynamic_loss_scale = 1;
-        oc.loss_scale = 256;
-        oc.scale_growth_interval = 2;
-    }
+    const ddpc_optim_config_t oc = case_optim(sc->type, 0.9, sc->clip, sc->loss_scale);
     for (int e = 0; e < 2; e++) { /* e = 0: unsharded, 1: sharded */
         dc.shard = e ? sc->shard : DDPC_SHARD_NONE;
         d[e] = make_ddp(&dc);
@@ -549,18 +578,7 @@ static void check_sharded(const shard_case_t *sc)
     ck_assert_uint_lt(len * (size_t)T_size, n + 16 * (size_t)T_size);
     for (int t = 0; t < 6; t++) {
         for (int e = 0; e < 2; e++) {
-            float *p = ddpc_ddp_params(d[e], NULL), *g = ddpc_ddp_grads(d[e], NULL);
-            T_OK(ddpc_ddp_zero_grad(d[e]));
-            for (int m = 0; m < sc->accum; m++) {
-                T_OK(ddpc_ddp_set_sync(d[e], m == sc->accum - 1));
-                grad_linear(p, g, t * 8 + m, T_rank * B, B,
-                            (float)(sc->loss_scale ? ddpc_optim_loss_scale(o[e]) : 1.0) /
-                                (float)sc->accum);
-                if (sc->loss_scale && t == 2 && T_rank == 0 && m == 0)
-                    g[n - 1] = INFINITY; /* an overflow: the step is skipped everywhere */
-                backward_ready(d[e], T_rank);
-                ck_assert_msg(ddpc_ddp_wait(d[e]) == DDPC_OK, "%s", ddpc_ddp_last_error(d[e]));
-            }
+            micro_steps(d[e], o[e], T_rank, t, sc->accum, sc->loss_scale);
             int stepped = -1;
             ck_assert_msg(ddpc_optim_step(o[e], &stepped) == DDPC_OK, "%s",
                           ddpc_ddp_last_error(d[e]));
@@ -634,18 +652,8 @@ static void check_fold(ddpc_comm_t comm, const fold_case_t *fc)
 {
     const int rank = ddpc_comm_rank(comm), size = ddpc_comm_size(comm);
     ddpc_ddp_config_t dc = small_buckets();
-    ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
-    oc.type = fc->type;
-    oc.lr = fc->type == DDPC_OPTIM_SGD ? 0.05 : 0.01;
-    oc.momentum = fc->mu;
+    ddpc_optim_config_t oc = case_optim(fc->type, fc->mu, fc->clip, fc->loss_scale);
     oc.nesterov = fc->nesterov;
-    oc.weight_decay = 0.01;
-    oc.clip_norm = fc->clip;
-    if (fc->loss_scale) {
-        oc.dynamic_loss_scale = 1;
-        oc.loss_scale = 256;
-        oc.scale_growth_interval = 2;
-    }
     ddpc_ddp_t d[2];
     ddpc_optim_t o[2];
     for (int e = 0; e < 2; e++) { /* e = 0: averaged in the all-reduce, 1: folded */
@@ -659,18 +667,8 @@ static void check_fold(ddpc_comm_t comm, const fold_case_t *fc)
     int folded = 0;
     for (int t = 0; t < 6; t++) {
         for (int e = 0; e < 2; e++) {
-            float *p = ddpc_ddp_params(d[e], NULL), *g = ddpc_ddp_grads(d[e], NULL);
-            T_OK(ddpc_ddp_zero_grad(d[e]));
-            for (int m = 0; m < fc->accum; m++) {
-                T_OK(ddpc_ddp_set_sync(d[e], m == fc->accum - 1));
-                grad_linear(p, g, t * 8 + m, rank * B, B,
-                            (float)(fc->loss_scale ? ddpc_optim_loss_scale(o[e]) : 1.0) /
-                                (float)fc->accum);
-                if (fc->loss_scale && t == 2 && rank == 0 && m == 0)
-                    g[n - 1] = INFINITY; /* an overflow: the step is skipped everywhere */
-                backward_ready(d[e], rank);
-                ck_assert_msg(ddpc_ddp_wait(d[e]) == DDPC_OK, "%s", ddpc_ddp_last_error(d[e]));
-            }
+            const float *g = ddpc_ddp_grads(d[e], NULL);
+            micro_steps(d[e], o[e], rank, t, fc->accum, fc->loss_scale);
             if (e == 1 && t == 1) { /* the sums through the old pointer, the averages anew */
                 memcpy(sums, g, n * sizeof *sums);
                 const float *avg = ddpc_ddp_grads(d[e], NULL);
