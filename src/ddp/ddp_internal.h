@@ -81,7 +81,8 @@ struct ddpc_ddp {
     char prev_names[768];   /* and the parameters */
 
     /* folding the average (cfg.fold_average): the arena holds the sums of a
-     * folded wait until the optimizer's pass, an accessor or zero_grad */
+     * folded wait until zero_grad, an accessor or an optimizer pass that
+     * divides in place (a norm first, AdamW) */
     int optims;             /* host optimizers attached (DDPC_FOLD_AUTO) */
     int fold_step;          /* this step's buckets are all-reduced as sums */
     int avg_pending;        /* the arena holds the sums; 1/size is owed */

@@ -5,8 +5,9 @@
  * on. wait() launches the rest, checks that no parameter was left unready
  * (on every rank at once), and waits. Averaging happens in the reduction
  * (uncompressed: SUM then /N on the progress thread), in the optimizer's
- * pass (folded: SUM, and the /N owed until ddpc_optim_step; ddp_folds) or
- * in the conversion copy (compressed: g/N rounded to bf16/fp16, then SUM). A device engine
+ * pass (folded: SUM, the /N made in ddpc_optim_step's pass or by the
+ * accessors; ddp_folds) or in the conversion copy (compressed: g/N rounded
+ * to bf16/fp16, then SUM). A device engine
  * does the same on its stream: the conversions are kernels, the all-reduces
  * wait for the compute stream through the communicator, and wait() makes
  * the compute stream wait for them (cuda_kernels.cu, src/comm/nccl.c). */
