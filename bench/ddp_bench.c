@@ -352,6 +352,22 @@ static void fill(float *x, size_t n, float v)
         x[i] = v;
 }
 
+/* An engine over one float32 parameter of n floats in one bucket. */
+static ddpc_ddp_t one_bucket_engine(size_t n, int fold_average)
+{
+    ddpc_ddp_t d;
+    ddpc_ddp_config_t cfg = DDPC_DDP_CONFIG_INIT;
+    cfg.first_bucket_bytes = cfg.bucket_bytes = n * sizeof(float);
+    cfg.fold_average = fold_average;
+    CK(ddpc_ddp_create(ddpc_comm_world(g_rt), &cfg, &d));
+    int64_t shape[1] = {(int64_t)n};
+    CKD(d, ddpc_ddp_add_param(d, "g", 1, shape, NULL));
+    CKD(d, ddpc_ddp_build(d));
+    if (ddpc_ddp_num_buckets(d) != 1)
+        DIE("expected one bucket, the engine planned %d", ddpc_ddp_num_buckets(d));
+    return d;
+}
+
 static void run_allreduce(const opts_t *o)
 {
     double t[NV][64];
@@ -365,19 +381,9 @@ static void run_allreduce(const opts_t *o)
     for (int s = 0; s < o->nsizes; s++) {
         size_t bytes = (size_t)(o->sizes_mib[s] * 1048576.0) / 4 * 4;
         ar_case_t c = {.n = bytes / 4};
-        ddpc_ddp_config_t cfg = DDPC_DDP_CONFIG_INIT;
-        cfg.first_bucket_bytes = cfg.bucket_bytes = bytes; /* one bucket */
-        CK(ddpc_ddp_create(ddpc_comm_world(g_rt), &cfg, &c.ddp));
-        int64_t shape[1] = {(int64_t)c.n};
-        CKD(c.ddp, ddpc_ddp_add_param(c.ddp, "g", 1, shape, NULL));
-        CKD(c.ddp, ddpc_ddp_build(c.ddp));
-        if (ddpc_ddp_num_buckets(c.ddp) != 1)
-            DIE("expected one bucket, the engine planned %d", ddpc_ddp_num_buckets(c.ddp));
+        c.ddp = one_bucket_engine(c.n, DDPC_FOLD_AUTO); /* no optimizer: it averages */
         for (int k = 0; k < 3; k++) { /* rawstep, engstep, fold */
-            cfg.fold_average = k == 2 ? 1 : 0;
-            CK(ddpc_ddp_create(ddpc_comm_world(g_rt), &cfg, &c.dstep[k]));
-            CKD(c.dstep[k], ddpc_ddp_add_param(c.dstep[k], "g", 1, shape, NULL));
-            CKD(c.dstep[k], ddpc_ddp_build(c.dstep[k]));
+            c.dstep[k] = one_bucket_engine(c.n, k == 2);
             ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
             oc.lr = 0;
             oc.momentum = 0;
@@ -390,7 +396,7 @@ static void run_allreduce(const opts_t *o)
                                         : xalloc(bytes);
             /* SUM variants: zeros stay zeros (repeated in-place sums of nonzeros
              * would overflow; float adds take the same time either way); the
-             * folded sum is averaged in place by each step */
+             * step variants' zero_grad zeroes theirs anyway */
             fill(c.buf[v], c.n, v == V_RAW || v == V_THR_SUM || v == V_RAWSTEP ? 0.0f
                                                                                 : (float)(g_rank + 1));
         }
