@@ -194,6 +194,20 @@ DDPC_API ddpc_status_t ddpc_kvs_allreduce(ddpc_t rt, const void *in, void *out, 
  * once its device communicator exists (the trainer's stop vote). */
 DDPC_API ddpc_status_t ddpc_comm_host_allreduce(ddpc_comm_t c, const void *in, void *out,
                                                 size_t count, ddpc_dtype_t dt, ddpc_redop_t op);
+/* Host memory for buffers that c all-reduces in place (a gradient arena;
+ * as ncclMemAlloc or MPI_Alloc_mem): zeroed, 64-byte aligned. Collective
+ * over c: every rank, the same bytes, in the same order. On the mpi backend,
+ * where every rank of c is on one node (and DDPC_SHM_ALLREDUCE is not 0), it
+ * lies in an MPI-3 shared window, and an in-place float32 DDPC_SUM or
+ * DDPC_AVG all-reduce of any part of it (the same part on every rank) is
+ * made in shared memory by the ranks themselves, without MPI's copies;
+ * elsewhere it is the process's own memory. Every rank ends with the same
+ * bits; the sum is in rank order. mem_free is not collective; c must still
+ * exist (its windows are freed with it; a freed one is reused). mem_shared:
+ * 1 when p is in one of c's shared windows. */
+DDPC_API ddpc_status_t ddpc_comm_mem_alloc(ddpc_comm_t c, size_t bytes, void **out);
+DDPC_API void ddpc_comm_mem_free(ddpc_comm_t c, void *p);
+DDPC_API int ddpc_comm_mem_shared(ddpc_comm_t c, const void *p);
 /* recv holds size * count elements, rank r's block at r * count; send equal
  * to rank r's block of recv is in place (host memory, mpi backend). */
 DDPC_API ddpc_status_t ddpc_allgather(ddpc_comm_t c, const void *send, void *recv, size_t count,

@@ -285,6 +285,147 @@ START_TEST(late_rank_times_out_with_a_message)
 }
 END_TEST
 
+/* rank r's value at i: magnitudes apart, so that the order of a sum shows */
+static float shm_value(int r, size_t i)
+{
+    return (float)((i * 7919u + (size_t)r * 104729u) % 1000u) * 1e-3f * (float)(r + 1) +
+           (i % 3 == 0 ? 1e3f * (float)r : 0.0f);
+}
+
+/* the rank-order sum (and average, as the communicator divides) at i */
+static float shm_expect(size_t i, ddpc_redop_t op)
+{
+    float acc = shm_value(0, i);
+    for (int r = 1; r < T_size; r++)
+        acc += shm_value(r, i);
+    if (op == DDPC_AVG && T_size > 1)
+        acc = (T_size & (T_size - 1)) ? acc / (float)T_size : acc * (1.0f / (float)T_size);
+    return acc;
+}
+
+static int shm_on(void)
+{
+    const char *e = getenv("DDPC_SHM_ALLREDUCE");
+    return T_size > 1 && !(e && !strcmp(e, "0"));
+}
+
+START_TEST(shared_memory_allreduce)
+{
+    /* ddpc_comm_mem_alloc on ranks of one node: an MPI-3 shared window, in
+     * which in-place float sums and averages of any part are made by the
+     * ranks: bitwise the rank-order result on every rank, the rest of the
+     * buffer untouched, empty slices (fewer elements than ranks * 16) too */
+    const size_t n = 40000;
+    float *x = NULL;
+    T_OK(ddpc_comm_mem_alloc(T_comm, n * sizeof(float), (void **)&x));
+    ck_assert_ptr_nonnull(x);
+    ck_assert_uint_eq((uintptr_t)x % 64, 0);
+    ck_assert_int_eq(ddpc_comm_mem_shared(T_comm, x), shm_on());
+    ck_assert_int_eq(ddpc_comm_mem_shared(T_comm, x + 1), 0); /* only the start */
+    size_t nz = 0;
+    for (size_t i = 0; i < n; i++)
+        nz += x[i] != 0.0f;
+    ck_assert_uint_eq(nz, 0);
+    const size_t cases[][2] = {{0, 40000}, {5, 1}, {3, 17}, {100, 33}, {1000, 4099}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int avg = 0; avg < 2; avg++) {
+            const ddpc_redop_t op = avg ? DDPC_AVG : DDPC_SUM;
+            const size_t off = cases[k][0], cnt = cases[k][1];
+            for (size_t i = 0; i < n; i++)
+                x[i] = shm_value(T_rank, i);
+            ddpc_work_t w;
+            T_OK(ddpc_iallreduce(T_comm, x + off, x + off, cnt, DDPC_F32, op, &w));
+            T_OK(ddpc_work_wait(w, -1));
+            size_t bad = 0, first = n;
+            for (size_t i = 0; i < n; i++) {
+                float want = i >= off && i < off + cnt ? shm_expect(i, op) : shm_value(T_rank, i);
+                if (memcmp(&x[i], &want, sizeof want)) {
+                    bad++;
+                    first = first < i ? first : i;
+                }
+            }
+            ck_assert_msg(bad == 0, "rank %d: %s of [%zu, +%zu): %zu element(s) differ, first %zu "
+                          "(%.9g)", T_rank, avg ? "avg" : "sum", off, cnt, bad, first,
+                          first < n ? (double)x[first] : 0.0);
+            T_OK(ddpc_barrier(T_comm)); /* every rank has read its copy before the next fill */
+        }
+    /* other operations on it go through MPI */
+    for (size_t i = 0; i < 64; i++)
+        x[i] = (float)(T_rank * 64 + (int)i);
+    T_OK(ddpc_allreduce(T_comm, x, x, 64, DDPC_F32, DDPC_MAX));
+    for (size_t i = 0; i < 64; i++)
+        ck_assert_float_eq(x[i], (float)((T_size - 1) * 64 + (int)i));
+    /* freed, it is reused (zeroed) by an allocation that fits */
+    ddpc_comm_mem_free(T_comm, x);
+    ck_assert_int_eq(ddpc_comm_mem_shared(T_comm, x), 0);
+    float *y = NULL;
+    T_OK(ddpc_comm_mem_alloc(T_comm, 1000 * sizeof(float), (void **)&y));
+    ck_assert_int_eq(ddpc_comm_mem_shared(T_comm, y), shm_on());
+    if (shm_on())
+        ck_assert_ptr_eq(y, x);
+    nz = 0;
+    for (size_t i = 0; i < 1000; i++)
+        nz += y[i] != 0.0f;
+    ck_assert_uint_eq(nz, 0);
+    for (size_t i = 0; i < 1000; i++)
+        y[i] = shm_value(T_rank, i);
+    T_OK(ddpc_allreduce(T_comm, y, y, 1000, DDPC_F32, DDPC_SUM));
+
+    /* DDPC_SHM_ALLREDUCE=0: the process's own memory and MPI's all-reduce;
+     * at 2 ranks the same bits (a sum of two is the same either way) */
+    setenv("DDPC_SHM_ALLREDUCE", "0", 1);
+    ddpc_comm_config_t cc = DDPC_COMM_CONFIG_INIT;
+    ddpc_comm_t c2 = NULL;
+    ddpc_status_t st = ddpc_comm_create(T_rt, &cc, &c2);
+    unsetenv("DDPC_SHM_ALLREDUCE");
+    T_OK(st);
+    float *z = NULL;
+    T_OK(ddpc_comm_mem_alloc(c2, 1000 * sizeof(float), (void **)&z));
+    ck_assert_int_eq(ddpc_comm_mem_shared(c2, z), 0);
+    for (size_t i = 0; i < 1000; i++)
+        z[i] = shm_value(T_rank, i);
+    T_OK(ddpc_allreduce(c2, z, z, 1000, DDPC_F32, DDPC_SUM));
+    if (T_size <= 2)
+        ck_assert_int_eq(memcmp(y, z, 1000 * sizeof(float)), 0);
+    ddpc_comm_mem_free(c2, z);
+    ddpc_comm_destroy(c2);
+    ddpc_comm_mem_free(T_comm, y);
+    ck_assert_int_eq(ddpc_comm_mem_alloc(NULL, 8, (void **)&z), DDPC_ERR_INVALID);
+}
+END_TEST
+
+START_TEST(shared_memory_late_rank_times_out)
+{
+    /* the shared-memory path waits for every rank like MPI: rank 0's wait
+     * times out naming the operation, then completes once the others come */
+    if (T_size == 1)
+        return;
+    float *x = NULL;
+    T_OK(ddpc_comm_mem_alloc(T_comm, 256 * sizeof(float), (void **)&x));
+    ck_assert_int_eq(ddpc_comm_mem_shared(T_comm, x), shm_on());
+    for (size_t i = 0; i < 256; i++)
+        x[i] = shm_value(T_rank, i);
+    ddpc_work_t w;
+    if (T_rank != 0)
+        usleep(1500000);
+    T_OK(ddpc_iallreduce(T_comm, x, x, 256, DDPC_F32, DDPC_SUM, &w));
+    if (T_rank == 0) {
+        ck_assert_int_eq(ddpc_work_wait(w, 0.3), DDPC_ERR_TIMEOUT);
+        const char *m = ddpc_last_error(T_rt);
+        ck_assert_msg(strstr(m, "allreduce #") && strstr(m, "256 x float32") && strstr(m, "0.3s"),
+                      "timeout message: %s", m);
+    }
+    T_OK(ddpc_work_wait(w, -1));
+    for (size_t i = 0; i < 256; i++) {
+        float want = shm_expect(i, DDPC_SUM);
+        ck_assert_msg(!memcmp(&x[i], &want, sizeof want), "rank %d: element %zu: %.9g, want %.9g",
+                      T_rank, i, (double)x[i], (double)want);
+    }
+    T_OK(ddpc_barrier(T_comm));
+    ddpc_comm_mem_free(T_comm, x);
+}
+END_TEST
+
 START_TEST(key_exchange)
 {
     /* a 128-byte blob (an ncclUniqueId's size) from the last rank to all,
@@ -473,10 +614,12 @@ static Suite *comm_suite(void)
     tcase_add_test(core, progress_policies);
     tcase_add_test(core, more_communicators_and_backends);
     tcase_add_test(core, gpu_rule);
+    tcase_add_test(core, shared_memory_allreduce);
     suite_add_tcase(s, core);
     TCase *bad = tcase_create("bad input");
     tcase_add_test(bad, bad_arguments_named);
     tcase_add_test(bad, late_rank_times_out_with_a_message);
+    tcase_add_test(bad, shared_memory_late_rank_times_out);
     suite_add_tcase(s, bad);
     return s;
 }

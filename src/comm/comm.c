@@ -1017,3 +1017,35 @@ ddpc_status_t ddpc_barrier(ddpc_comm_t c)
 {
     return run_blocking(c, OP_BARRIER, NULL, NULL, 0, DDPC_U8, DDPC_SUM, 0);
 }
+
+ddpc_status_t ddpc_comm_mem_alloc(ddpc_comm_t c, size_t bytes, void **out)
+{
+    if (!out)
+        return DDPC_ERR_INVALID;
+    *out = NULL;
+    if (!c)
+        return DDPC_ERR_INVALID;
+    if (c->backend == DDPC_BACKEND_MPI) {
+        ddpc_status_t st = comm_mpi_mem_alloc(c, bytes, out);
+        if (st != DDPC_OK || *out)
+            return st;
+    }
+    size_t b = ((bytes ? bytes : 1) + 63) / 64 * 64;
+    void *p = aligned_alloc(64, b);
+    if (!p)
+        return ddpc_err(c->rt, DDPC_ERR_NOMEM, "comm", "cannot allocate %zu bytes", b);
+    memset(p, 0, b);
+    *out = p;
+    return DDPC_OK;
+}
+
+void ddpc_comm_mem_free(ddpc_comm_t c, void *p)
+{
+    if (p && !(c && c->backend == DDPC_BACKEND_MPI && comm_mpi_mem_release(c, p, 1)))
+        free(p);
+}
+
+int ddpc_comm_mem_shared(ddpc_comm_t c, const void *p)
+{
+    return p && c && c->backend == DDPC_BACKEND_MPI && comm_mpi_mem_release(c, (void *)p, 0);
+}

@@ -43,6 +43,7 @@ struct ddpc_work {
     double t_enqueue, deadline; /* ddpc_now() seconds */
     void *ev_ready;  /* device backends: cudaEvent_t recorded on the caller's stream */
     void *ev_done;   /* nccl: cudaEvent_t recorded on the communication stream */
+    void *shm;       /* mpi: the shared window an in-place all-reduce is made in */
     char err[DDPC_ERRMSG_LEN];
     char label[96];  /* OP_WATCH: what the caller said it is */
     int np;          /* OP_P2P: transfers in p2p */
@@ -116,6 +117,12 @@ void comm_describe(const struct ddpc_work *w, char *s, size_t n);
  * device, stream, mu set by the caller). Collective. comm_mpi_create: over
  * the world, or (c->members set) over those world ranks only. */
 ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged);
+/* The mpi backend's shared windows (ddpc_comm_mem_alloc): alloc is
+ * collective and leaves *out NULL where the ranks do not share a node (or
+ * DDPC_SHM_ALLREDUCE=0); release (or, release 0, only look) returns 0 when p
+ * is not the start of a window in use. */
+ddpc_status_t comm_mpi_mem_alloc(struct ddpc_comm *c, size_t bytes, void **out);
+int comm_mpi_mem_release(struct ddpc_comm *c, void *p, int release);
 #ifdef DDPC_HAVE_NCCL
 ddpc_status_t comm_nccl_create(struct ddpc_comm *c);
 

@@ -8,7 +8,11 @@
  * memory: the progress thread waits for the caller's stream (an event
  * recorded at submit), copies each piece into a pinned host buffer, reduces
  * it with MPI and copies it back; several ranks may share one GPU this way,
- * and sites without NCCL can still train on GPUs. Not here: NCCL (nccl.c). */
+ * and sites without NCCL can still train on GPUs. Not here: NCCL (nccl.c).
+ * Host memory from ddpc_comm_mem_alloc on a communicator whose ranks share
+ * one node lies in an MPI-3 shared window, and an in-place float all-reduce
+ * of it is made there by the ranks themselves (shm_allreduce), without MPI's
+ * copies. */
 #define _GNU_SOURCE /* pthread_timedjoin_np */
 #include "config.h"
 #include "comm_internal.h"
@@ -45,6 +49,10 @@ typedef struct {
     pthread_cond_t poke; /* a new waiter ends the progress thread's nap */
     MPI_Op half_sum[2]; /* bf16, f16 sum as user ops */
     int staged;
+    MPI_Comm node;      /* the ranks again, where they all share one node; else NULL */
+    int shm;            /* DDPC_SHM_ALLREDUCE: SHM_AUTO or SHM_OFF */
+    struct shm_seg *segs; /* shared windows made on node, newest first */
+    int nsegs;
 #ifdef DDPC_HAVE_CUDA
     void *stage;        /* pinned host buffer of STAGE_BYTES */
     cudaStream_t stream; /* the staging copies */
@@ -118,6 +126,28 @@ static const char *const progress_names[] = {"auto", "spin", "blocking", NULL};
 #define NAP_MIN_NS 10000L  /* 10 us */
 #define NAP_MAX_NS 500000L /* 0.5 ms */
 
+/* One pause of a progress loop that waits for other ranks: none while it
+ * spins (DDPC_PROGRESS=spin, a caller waiting, the first SPIN_FIRST_S), else
+ * a nap, from NAP_MIN doubling to NAP_MAX, that a new waiter ends. */
+static void progress_pause(struct ddpc_comm *c, mpi_impl_t *m, long *nap, double spin_until)
+{
+    if (m->progress == PROGRESS_SPIN || __atomic_load_n(&m->waiters, __ATOMIC_ACQUIRE) ||
+        (*nap == 0 && ddpc_now() < spin_until))
+        return;
+    *nap = *nap ? (*nap * 2 < NAP_MAX_NS ? *nap * 2 : NAP_MAX_NS) : NAP_MIN_NS;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += *nap;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (!__atomic_load_n(&m->waiters, __ATOMIC_ACQUIRE))
+        pthread_cond_timedwait(&m->poke, &c->mu, &until);
+    pthread_mutex_unlock(&c->mu);
+}
+
 static int poll_requests(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *req, int nreq)
 {
     long nap = 0;
@@ -130,22 +160,7 @@ static int poll_requests(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *req, i
             return rc;
         if (__atomic_load_n(&m->abandon, __ATOMIC_ACQUIRE))
             return MPI_ERR_PENDING; /* left in flight: see mpi_destroy */
-        if (m->progress == PROGRESS_SPIN || __atomic_load_n(&m->waiters, __ATOMIC_ACQUIRE) ||
-            (nap == 0 && ddpc_now() < spin_until)) {
-            continue;
-        }
-        nap = nap ? (nap * 2 < NAP_MAX_NS ? nap * 2 : NAP_MAX_NS) : NAP_MIN_NS;
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += nap;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_mutex_lock(&c->mu);
-        if (!__atomic_load_n(&m->waiters, __ATOMIC_ACQUIRE))
-            pthread_cond_timedwait(&m->poke, &c->mu, &until);
-        pthread_mutex_unlock(&c->mu);
+        progress_pause(c, m, &nap, spin_until);
     }
 }
 
@@ -223,6 +238,245 @@ static int run_p2p(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
  * on every rank, so results stay identical across ranks. */
 #define PIECE_BYTES ((size_t)4 << 20)
 
+/* ------------------------------------------------------------------ shared memory */
+
+/* Where every rank of the communicator is on one node, host memory from
+ * ddpc_comm_mem_alloc (the DDP engine's gradient arena) lies in an MPI-3
+ * shared window (MPI_Win_allocate_shared on the node's communicator), which
+ * every rank maps. An in-place float all-reduce (sum or average) of it is
+ * then made by the ranks themselves, on their progress threads: all arrive,
+ * each reduces its slice of the buffer across every rank's copy, in rank
+ * order, and writes the result into every copy; all arrive again. Each
+ * element is read N times and written N times in all, by one rank, where
+ * MPI's shared-memory all-reduce copies every piece through its own
+ * buffers (bench/ddp_bench allreduce; doc/ddp.md, Performance). Every rank
+ * ends with the same bits; the sum's order is rank order (MPI's may differ
+ * from 3 ranks on: the results can differ from the MPI path's in the last
+ * bit, never between ranks).
+ * The arrivals are counters, one cache line per rank after its copy,
+ * stored with release and read with acquire (C11 atomics; the window's
+ * memory model must be MPI_WIN_UNIFIED, checked). A rank that never arrives
+ * leaves the others in the wait until the caller's wait times out and names
+ * the operation, as in MPI. DDPC_SHM_ALLREDUCE=0 turns it off (the same on
+ * every rank: the allocation agrees). Windows stay with the communicator
+ * until it is destroyed (MPI_Win_free is collective, and destroying an
+ * engine is not); a freed one is reused by the next allocation that fits,
+ * when every rank agrees which. */
+enum { SHM_AUTO, SHM_OFF, SHM_ON };
+static const char *const shm_names[] = {"auto", "0", "1", NULL};
+
+#define SHM_SLICE_ALIGN 16   /* floats: a slice starts on a cache line */
+#define SHM_CHUNK 8192       /* floats: N copies of a chunk stay in L2 */
+
+typedef struct shm_seg {
+    struct shm_seg *next;
+    MPI_Win win;
+    size_t bytes;            /* each rank's copy (a multiple of 64) */
+    char **base;             /* (size,) each rank's copy, mapped here */
+    uint64_t **arrived;      /* (size,) each rank's arrival counter */
+    uint64_t seq;            /* arrivals so far (the progress thread's) */
+    int id;                  /* its place in allocation order: the same on every rank */
+    int in_use;
+} shm_seg_t;
+
+/* Collective over the communicator's ranks (the caller's thread, in the
+ * same order everywhere). *out NULL: no shared memory here (the caller
+ * allocates its own), else a zeroed copy of bytes in a shared window. */
+ddpc_status_t comm_mpi_mem_alloc(struct ddpc_comm *c, size_t bytes, void **out)
+{
+    mpi_impl_t *m = c->impl;
+    *out = NULL;
+    if (m->staged || m->node == MPI_COMM_NULL)
+        return DDPC_OK; /* the verdict of comm_mpi_create, the same on every rank */
+    bytes = (bytes ? bytes : 1);
+    bytes = (bytes + 63) / 64 * 64;
+    pthread_mutex_lock(&c->mu);
+    int cand = -1;
+    for (shm_seg_t *s = m->segs; s; s = s->next)
+        if (!s->in_use && s->bytes >= bytes && (cand < 0 || s->id < cand))
+            cand = s->id;
+    pthread_mutex_unlock(&c->mu);
+    /* agree: on, the same size, the same free window (or none) */
+    long v[5] = {m->shm != SHM_OFF, cand, -(long)cand, (long)bytes, -(long)bytes};
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, 5, MPI_LONG, MPI_MIN, m->node);
+    if (rc != MPI_SUCCESS)
+        return ddpc_mpi_err(c->rt, rc, MOD, "shared memory: MPI_Allreduce");
+    if (!v[0])
+        return DDPC_OK;
+    if (v[3] != -v[4])
+        return ddpc_err(c->rt, DDPC_ERR_MISMATCH, MOD,
+                        "shared memory: the ranks ask for different sizes (%ld to %ld bytes)",
+                        v[3], -v[4]);
+    if (v[1] >= 0 && v[1] == -v[2]) {
+        pthread_mutex_lock(&c->mu);
+        for (shm_seg_t *s = m->segs; s; s = s->next)
+            if (s->id == v[1]) {
+                s->in_use = 1;
+                memset(s->base[c->rank], 0, s->bytes);
+                *out = s->base[c->rank];
+            }
+        pthread_mutex_unlock(&c->mu);
+        return MPI_Barrier(m->node) == MPI_SUCCESS ? DDPC_OK /* every copy zeroed */
+                   : ddpc_err(c->rt, DDPC_ERR_MPI, MOD, "shared memory: MPI_Barrier");
+    }
+    shm_seg_t *s = calloc(1, sizeof *s);
+    if (s) {
+        s->base = calloc((size_t)c->size, sizeof *s->base);
+        s->arrived = calloc((size_t)c->size, sizeof *s->arrived);
+    }
+    if (!s || !s->base || !s->arrived) {
+        if (s) {
+            free(s->base);
+            free(s->arrived);
+        }
+        free(s);
+        return ddpc_err(c->rt, DDPC_ERR_NOMEM, MOD, "shared memory: out of memory");
+    }
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each copy near its rank */
+    char *mine = NULL;
+    rc = MPI_Win_allocate_shared((MPI_Aint)(bytes + 64), 1, info, m->node, &mine, &s->win);
+    MPI_Info_free(&info);
+    if (rc != MPI_SUCCESS) {
+        free(s->base);
+        free(s->arrived);
+        free(s);
+        return ddpc_mpi_err(c->rt, rc, MOD, "shared memory: MPI_Win_allocate_shared");
+    }
+    int *model = NULL, flag = 0, ok = 1;
+    MPI_Win_get_attr(s->win, MPI_WIN_MODEL, &model, &flag);
+    ok = flag && *model == MPI_WIN_UNIFIED;
+    for (int r = 0; r < c->size && ok; r++) {
+        MPI_Aint sz;
+        int du;
+        void *p;
+        ok = MPI_Win_shared_query(s->win, r, &sz, &du, &p) == MPI_SUCCESS &&
+             (size_t)sz >= bytes + 64 && ((uintptr_t)p & 63) == 0;
+        s->base[r] = p;
+        s->arrived[r] = (uint64_t *)((char *)p + bytes);
+    }
+    /* the same verdict on every rank, or none uses the window */
+    int all = ok;
+    rc = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, m->node);
+    if (rc != MPI_SUCCESS || !all) {
+        MPI_Win_free(&s->win);
+        free(s->base);
+        free(s->arrived);
+        free(s);
+        if (rc != MPI_SUCCESS)
+            return ddpc_mpi_err(c->rt, rc, MOD, "shared memory: MPI_Allreduce");
+        ddpc_log(c->rt, DDPC_LOG_WARN, "comm: shared memory: a window is not in the unified "
+                 "model or not 64-byte aligned on some rank: using private memory");
+        return DDPC_OK;
+    }
+    memset(mine, 0, bytes);
+    __atomic_store_n(s->arrived[c->rank], 0, __ATOMIC_RELEASE);
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win); /* a passive epoch for loads and stores */
+    rc = MPI_Barrier(m->node); /* every copy zeroed, every counter 0 */
+    s->bytes = bytes;
+    s->in_use = 1;
+    pthread_mutex_lock(&c->mu);
+    s->id = m->nsegs++;
+    s->next = m->segs;
+    m->segs = s;
+    pthread_mutex_unlock(&c->mu);
+    *out = mine;
+    return rc == MPI_SUCCESS ? DDPC_OK
+                             : ddpc_err(c->rt, DDPC_ERR_MPI, MOD, "shared memory: MPI_Barrier");
+}
+
+/* Not collective: the window goes back to the communicator's pool. 0: p is
+ * not in one (the caller's own memory). */
+int comm_mpi_mem_release(struct ddpc_comm *c, void *p, int release)
+{
+    mpi_impl_t *m = c->impl;
+    int found = 0;
+    pthread_mutex_lock(&c->mu);
+    for (shm_seg_t *s = m ? m->segs : NULL; s && !found; s = s->next)
+        if (s->in_use && s->base[c->rank] == p) {
+            s->in_use = !release;
+            found = 1;
+        }
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+/* Under c->mu (submit): the window whose copy holds [buf, buf + bytes). */
+static shm_seg_t *shm_find(mpi_impl_t *m, int rank, const void *buf, size_t bytes)
+{
+    for (shm_seg_t *s = m->segs; s; s = s->next) {
+        const char *b = s->base[rank];
+        if (s->in_use && (const char *)buf >= b && (const char *)buf + bytes <= b + s->bytes)
+            return s;
+    }
+    return NULL;
+}
+
+/* Every rank's counter has reached t. */
+static int shm_arrive(struct ddpc_comm *c, mpi_impl_t *m, shm_seg_t *s, uint64_t t)
+{
+    __atomic_store_n(s->arrived[c->rank], t, __ATOMIC_RELEASE);
+    long nap = 0;
+    const double spin_until = ddpc_now() + SPIN_FIRST_S;
+    for (int r = 0; r < c->size;) {
+        if (__atomic_load_n(s->arrived[r], __ATOMIC_ACQUIRE) >= t) {
+            r++;
+            continue;
+        }
+        if (__atomic_load_n(&m->abandon, __ATOMIC_ACQUIRE))
+            return MPI_ERR_PENDING; /* left in flight: see mpi_destroy */
+        progress_pause(c, m, &nap, spin_until);
+    }
+    return MPI_SUCCESS;
+}
+
+static int shm_allreduce(struct ddpc_comm *c, mpi_impl_t *m, shm_seg_t *s, struct ddpc_work *w)
+{
+    const int N = c->size;
+    const size_t off = (size_t)((char *)w->recv - s->base[c->rank]);
+    const uint64_t t = 2 * ++s->seq;
+    int rc = shm_arrive(c, m, s, t - 1); /* every rank's copy is ready */
+    if (rc != MPI_SUCCESS)
+        return rc;
+    size_t per = (w->count + (size_t)N - 1) / (size_t)N;
+    per = (per + SHM_SLICE_ALIGN - 1) / SHM_SLICE_ALIGN * SHM_SLICE_ALIGN;
+    const size_t lo = (size_t)c->rank * per < w->count ? (size_t)c->rank * per : w->count;
+    const size_t hi = lo + per < w->count ? lo + per : w->count;
+    float *d = (float *)(s->base[0] + off);
+    for (size_t c0 = lo; c0 < hi; c0 += SHM_CHUNK) {
+        const size_t n = hi - c0 < SHM_CHUNK ? hi - c0 : SHM_CHUNK;
+        float *restrict acc = d + c0;
+        for (int r = 1; r < N; r++) { /* rank order: ((x0 + x1) + x2) + ... */
+            const float *restrict x = (const float *)(s->base[r] + off) + c0;
+            for (size_t i = 0; i < n; i++)
+                acc[i] += x[i];
+        }
+        if (w->op == DDPC_AVG)
+            comm_divide(acc, n, DDPC_F32, N); /* as the MPI path divides */
+        for (int r = 1; r < N; r++)
+            memcpy((float *)(s->base[r] + off) + c0, acc, n * sizeof(float));
+    }
+    return shm_arrive(c, m, s, t); /* every slice is in every copy */
+}
+
+/* At destroy (collective, as MPI_Comm_free): the windows and the node's
+ * communicator. */
+static void shm_free_all(mpi_impl_t *m)
+{
+    while (m->segs) {
+        shm_seg_t *s = m->segs;
+        m->segs = s->next;
+        MPI_Win_unlock_all(s->win);
+        MPI_Win_free(&s->win);
+        free(s->base);
+        free(s->arrived);
+        free(s);
+    }
+    if (m->node != MPI_COMM_NULL)
+        MPI_Comm_free(&m->node);
+}
+
 static int run_host(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
 {
     MPI_Request req;
@@ -231,6 +485,8 @@ static int run_host(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
     int rc = MPI_SUCCESS;
     switch (w->kind) {
     case OP_ALLREDUCE: {
+        if (w->shm)
+            return shm_allreduce(c, m, w->shm, w);
         const size_t piece = PIECE_BYTES / es;
         for (size_t off = 0; off < w->count && rc == MPI_SUCCESS; off += piece) {
             size_t n = w->count - off < piece ? w->count - off : piece;
@@ -611,6 +867,9 @@ static ddpc_status_t mpi_submit(struct ddpc_comm *c, struct ddpc_work *w)
         w->ev_ready = ev;
     }
 #endif
+    if (w->kind == OP_ALLREDUCE && w->dt == DDPC_F32 && (w->op == DDPC_SUM || w->op == DDPC_AVG) &&
+        w->send == w->recv && w->count && m->segs)
+        w->shm = shm_find(m, c->rank, w->recv, w->count * sizeof(float));
     if (m->tail)
         m->tail->next = w;
     else
@@ -761,6 +1020,7 @@ static void mpi_destroy(struct ddpc_comm *c)
         }
         pthread_join(m->thread, NULL);
     }
+    shm_free_all(m);
     if (m->half_sum[0] != MPI_OP_NULL)
         MPI_Op_free(&m->half_sum[0]);
     if (m->half_sum[1] != MPI_OP_NULL)
@@ -798,6 +1058,7 @@ ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged)
     if (!m)
         return ddpc_err(rt, DDPC_ERR_NOMEM, MOD, "cannot allocate the MPI backend");
     m->mpi = MPI_COMM_NULL;
+    m->node = MPI_COMM_NULL;
     m->half_sum[0] = m->half_sum[1] = MPI_OP_NULL;
     m->staged = staged;
     pthread_cond_init(&m->has_work, NULL);
@@ -810,6 +1071,8 @@ ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged)
     c->impl = m;
     c->ops = &mpi_ops;
     ddpc_status_t st = ddpc_env_choice(rt, "DDPC_PROGRESS", progress_names, &m->progress);
+    if (st == DDPC_OK)
+        st = ddpc_env_choice(rt, "DDPC_SHM_ALLREDUCE", shm_names, &m->shm);
     if (st != DDPC_OK)
         return st;
     int rc;
@@ -829,6 +1092,21 @@ ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged)
     }
     MPI_Comm_rank(m->mpi, &c->rank);
     MPI_Comm_size(m->mpi, &c->size);
+    if (!staged && c->size > 1) {
+        /* the ranks again where they all share one node (the same verdict on
+           every rank): the shared windows' communicator; the setting is
+           agreed when memory is asked for */
+        MPI_Comm node;
+        int ns = 0;
+        if ((rc = MPI_Comm_split_type(m->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
+                                      &node)) != MPI_SUCCESS)
+            return ddpc_mpi_err(rt, rc, MOD, "MPI_Comm_split_type");
+        MPI_Comm_size(node, &ns);
+        if (ns == c->size)
+            m->node = node;
+        else
+            MPI_Comm_free(&node);
+    }
     MPI_Op_create(bf16_sum, 1, &m->half_sum[0]);
     MPI_Op_create(f16_sum, 1, &m->half_sum[1]);
     if (staged) {

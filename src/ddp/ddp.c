@@ -240,7 +240,7 @@ void ddpc_ddp_destroy(ddpc_ddp_t d)
 #endif
     } else {
         free(d->param_arena);
-        free(d->grad_arena);
+        ddpc_comm_mem_free(d->comm, d->grad_arena);
         free(d->buf_arena);
     }
     free(d->buckets);
@@ -510,14 +510,16 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
         d->ev_unready = ev;
 #endif
     } else {
+        /* the gradients from the communicator: where its ranks share a node,
+           a shared window that the buckets are all-reduced in (mpi.c) */
+        if ((st = ddpc_comm_mem_alloc(d->comm, bytes, (void **)&d->grad_arena)))
+            return ddp_err(d, st, "the gradient arena: %s", ddpc_last_error(d->rt));
         d->param_arena = aligned_alloc(64, bytes);
-        d->grad_arena = aligned_alloc(64, bytes);
         d->buf_arena = aligned_alloc(64, bbytes);
-        if (!d->param_arena || !d->grad_arena || !d->buf_arena)
-            return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate 2 arenas of %zu bytes and one of %zu",
+        if (!d->param_arena || !d->buf_arena)
+            return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate an arena of %zu bytes and one of %zu",
                            bytes, bbytes);
         memset(d->param_arena, 0, bytes);
-        memset(d->grad_arena, 0, bytes);
         memset(d->buf_arena, 0, bbytes);
     }
     if ((st = ddp_plan_buckets(d)) != DDPC_OK)
