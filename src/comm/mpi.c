@@ -336,7 +336,8 @@ ddpc_status_t comm_mpi_mem_alloc(struct ddpc_comm *c, size_t bytes, void **out)
     MPI_Info_create(&info);
     MPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each copy near its rank */
     char *mine = NULL;
-    rc = MPI_Win_allocate_shared((MPI_Aint)(bytes + 64), 1, info, m->node, &mine, &s->win);
+    /* 64 bytes to align the copy (Open MPI's are 8-byte aligned), 64 for the counter */
+    rc = MPI_Win_allocate_shared((MPI_Aint)(bytes + 128), 1, info, m->node, &mine, &s->win);
     MPI_Info_free(&info);
     if (rc != MPI_SUCCESS) {
         free(s->base);
@@ -352,9 +353,9 @@ ddpc_status_t comm_mpi_mem_alloc(struct ddpc_comm *c, size_t bytes, void **out)
         int du;
         void *p;
         ok = MPI_Win_shared_query(s->win, r, &sz, &du, &p) == MPI_SUCCESS &&
-             (size_t)sz >= bytes + 64 && ((uintptr_t)p & 63) == 0;
-        s->base[r] = p;
-        s->arrived[r] = (uint64_t *)((char *)p + bytes);
+             (size_t)sz >= bytes + 128;
+        s->base[r] = (char *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+        s->arrived[r] = (uint64_t *)(s->base[r] + bytes);
     }
     /* the same verdict on every rank, or none uses the window */
     int all = ok;
@@ -367,9 +368,10 @@ ddpc_status_t comm_mpi_mem_alloc(struct ddpc_comm *c, size_t bytes, void **out)
         if (rc != MPI_SUCCESS)
             return ddpc_mpi_err(c->rt, rc, MOD, "shared memory: MPI_Allreduce");
         ddpc_log(c->rt, DDPC_LOG_WARN, "comm: shared memory: a window is not in the unified "
-                 "model or not 64-byte aligned on some rank: using private memory");
+                 "model on some rank: using private memory");
         return DDPC_OK;
     }
+    mine = s->base[c->rank];
     memset(mine, 0, bytes);
     __atomic_store_n(s->arrived[c->rank], 0, __ATOMIC_RELEASE);
     MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win); /* a passive epoch for loads and stores */
