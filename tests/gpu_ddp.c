@@ -19,7 +19,14 @@
  *  - checkpoint round trip on device arenas: save, zero the parameters and
  *    optimizer state on the device, load: parameters and every state tensor
  *    bitwise as saved, the optimizer's step count and the step restored;
- *  - DDPC_SHARD=optim and grads are refused (DDPC_ERR_UNSUPPORTED) on a device engine.
+ *  - DDPC_SHARD=optim (ZeRO-1) and grads (ZeRO-2) on device arenas: each
+ *    rank's optimizer state is its slice (offset rank * L, L = ceil(n / N)
+ *    rounded up to 16 floats); the parameters after 20 steps are bitwise the
+ *    unsharded run's with optim, within 1e-6 relative with grads (a reduce
+ *    per slice instead of the all-reduce), and the gradient norm (from the
+ *    all-gathered sums of the slices) within 1e-12 of the unsharded one
+ *    with optim, 1e-6 with grads;
+ *    the checkpoint round trip as above, every rank's slice bitwise;
  *  - ddpc_batchnorm_stats on device memory equals its host path.
  * Without a usable CUDA device it is skipped (exit 77 on every rank).
  * GPU_TEST_ON_HOST=1 runs the same on host memory (backend mpi, the CPU
@@ -124,6 +131,7 @@ typedef struct {
     int unused;            /* "w.1" never ready, find_unused on */
     double tol;            /* against the reference (float32 gradients, always) */
     int ckpt;              /* checkpoint round trip after training */
+    ddpc_shard_t shard;    /* DDPC_SHARD_NONE runs first: the sharded runs' yardstick */
 } run_t;
 
 static const run_t runs[] = {
@@ -131,7 +139,16 @@ static const run_t runs[] = {
     {"adamw", DDPC_OPTIM_ADAMW, DDPC_F32, 0, 1e-5, 1},
     {"sgd, bf16 compression", DDPC_OPTIM_SGD, DDPC_BF16, 0, 1e-2, 0},
     {"sgd, find_unused with w.1 unused", DDPC_OPTIM_SGD, DDPC_F32, 1, 1e-5, 0},
+    {"sgd, DDPC_SHARD=optim", DDPC_OPTIM_SGD, DDPC_F32, 0, 1e-5, 1, DDPC_SHARD_OPTIM},
+    {"adamw, DDPC_SHARD=optim", DDPC_OPTIM_ADAMW, DDPC_F32, 0, 1e-5, 1, DDPC_SHARD_OPTIM},
+    {"adamw, DDPC_SHARD=grads", DDPC_OPTIM_ADAMW, DDPC_F32, 0, 1e-5, 1, DDPC_SHARD_GRADS},
+    {"sgd, DDPC_SHARD=grads", DDPC_OPTIM_SGD, DDPC_F32, 0, 1e-5, 0, DDPC_SHARD_GRADS},
 };
+
+/* The unsharded runs' final parameters and gradient norm, by optimizer type
+ * (this backend's), for the sharded runs. */
+static float *unsharded_params[2];
+static double unsharded_norm[2];
 
 static void remove_dir(const char *dir)
 {
@@ -164,15 +181,21 @@ static void check_checkpoint(ddpc_ddp_t d, ddpc_optim_t opt)
     meta.epoch = 1;
     OK_CK(ck, ddpc_ckpt_save(ck, &meta));
 
-    size_t n;
+    size_t n, soff, slen;
     float *dp = ddpc_ddp_params(d, &n), *h = halloc(n * sizeof *h);
     const int ns = ddpc_optim_num_states(opt);
+    OK(ddpc_optim_state_range(opt, &soff, &slen));
+    const int sharded = !(soff == 0 && slen == n);
+    if (slen > n) { /* the last slices' padding */
+        free(h);
+        h = halloc(slen * sizeof *h);
+    }
     uint64_t hp, hs[2] = {0, 0};
     download(h, dp, n * sizeof *h);
     hp = fnv1a(h, n * sizeof *h);
     for (int k = 0; k < ns; k++) {
-        download(h, ddpc_optim_state(opt, k, NULL), n * sizeof *h);
-        hs[k] = fnv1a(h, n * sizeof *h);
+        download(h, ddpc_optim_state(opt, k, NULL), slen * sizeof *h);
+        hs[k] = fnv1a(h, slen * sizeof *h);
     }
     EXPECT_EQ_INT(ddpc_optim_steps(opt), STEPS);
     size_t nbuf;
@@ -183,7 +206,7 @@ static void check_checkpoint(ddpc_ddp_t d, ddpc_optim_t opt)
     dzero(db, nbuf * sizeof *hb);
     dzero(dp, n * sizeof *h);
     for (int k = 0; k < ns; k++)
-        dzero(ddpc_optim_state(opt, k, NULL), n * sizeof *h);
+        dzero(ddpc_optim_state(opt, k, NULL), slen * sizeof *h);
     ddpc_optim_set_steps(opt, 0);
     download(h, dp, n * sizeof *h);
     if (fnv1a(h, n * sizeof *h) == hp)
@@ -206,11 +229,13 @@ static void check_checkpoint(ddpc_ddp_t d, ddpc_optim_t opt)
     EXPECT_SAME_ON_ALL_RANKS("parameters after the load", h, n * sizeof *h);
     for (int k = 0; k < ns; k++) {
         const char *name;
-        download(h, ddpc_optim_state(opt, k, &name), n * sizeof *h);
+        download(h, ddpc_optim_state(opt, k, &name), slen * sizeof *h);
         char what[96];
-        snprintf(what, sizeof what, "optimizer state \"%s\" after the load", name);
-        EXPECT_EQ_HASH(what, fnv1a(h, n * sizeof *h), hs[k]);
-        EXPECT_SAME_ON_ALL_RANKS(what, h, n * sizeof *h);
+        snprintf(what, sizeof what, "optimizer state \"%s\" after the load%s", name,
+                 sharded ? " (this rank's slice)" : "");
+        EXPECT_EQ_HASH(what, fnv1a(h, slen * sizeof *h), hs[k]);
+        if (!sharded)
+            EXPECT_SAME_ON_ALL_RANKS(what, h, n * sizeof *h);
     }
     OK_CK(ck, ddpc_ckpt_wait(ck));
     ddpc_ckpt_destroy(ck);
@@ -226,6 +251,7 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
     dc.bucket_bytes = 1500;
     dc.compress = run->compress;
     dc.find_unused = run->unused;
+    dc.shard = run->shard;
     dc.stream = strm;
     ddpc_ddp_t d = NULL;
     OK_D(d, ddpc_ddp_create(c, &dc, &d));
@@ -277,6 +303,16 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
     oc.weight_decay = 0.01;
     ddpc_optim_t opt = NULL;
     OK_D(d, ddpc_optim_create(d, &oc, &opt));
+    size_t soff = 0, slen = 0;
+    OK(ddpc_optim_state_range(opt, &soff, &slen));
+    if (run->shard != DDPC_SHARD_NONE) { /* the slice: equal, aligned to 16 floats */
+        size_t L = ((n + (size_t)size - 1) / (size_t)size + 15) / 16 * 16;
+        EXPECT_EQ_INT(slen, L);
+        EXPECT_EQ_INT(soff, (size_t)rank * L);
+    } else {
+        EXPECT_EQ_INT(soff, 0);
+        EXPECT_EQ_INT(slen, n);
+    }
 
     const int skip = run->unused ? ddpc_ddp_find_param(d, "w.1") : -1;
     ddpc_param_info_t skip_info;
@@ -313,7 +349,8 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
             FAILF("step %d: buffers after the wait are not rank 0's", t);
         download(hg, dg, n * 4);
         snprintf(what, sizeof what, "averaged gradients of step %d", t);
-        EXPECT_SAME_ON_ALL_RANKS(what, hg, n * 4);
+        if (run->shard != DDPC_SHARD_GRADS) /* ZeRO-2: only this rank's slice is averaged */
+            EXPECT_SAME_ON_ALL_RANKS(what, hg, n * 4);
         for (size_t i = skip_info.offset; skip >= 0 && i < skip_info.offset + skip_info.numel; i++)
             if (hg[i] != 0.0f) {
                 FAILF("step %d: gradient %zu of unused \"w.1\" is %g, expected 0", t, i, hg[i]);
@@ -336,6 +373,36 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
     snprintf(what, sizeof what, "parameters after %d steps on %d rank(s) vs 1 process on %dx batch",
              STEPS, size, size);
     double worst = EXPECT_CLOSE(what, hp, rp, n, run->tol);
+    const int ty = run->type == DDPC_OPTIM_ADAMW;
+    const double norm = ddpc_optim_last_grad_norm(opt);
+    double vs_unsharded = 0, norm_err = 0;
+    if (run->shard == DDPC_SHARD_NONE && !run->unused && run->compress == DDPC_F32) {
+        free(unsharded_params[ty]);
+        unsharded_params[ty] = halloc(n * 4);
+        memcpy(unsharded_params[ty], hp, n * 4);
+        unsharded_norm[ty] = norm;
+    } else if (run->shard != DDPC_SHARD_NONE) {
+        if (!unsharded_params[ty])
+            FAILF("no unsharded %s run before this one", ddpc_optim_name(run->type));
+        else if (run->shard == DDPC_SHARD_OPTIM)
+            vs_unsharded = EXPECT_CLOSE("DDPC_SHARD=optim vs unsharded (expected bitwise)", hp,
+                                        unsharded_params[ty], n, 0);
+        else
+            vs_unsharded = EXPECT_CLOSE("DDPC_SHARD=grads vs unsharded", hp,
+                                        unsharded_params[ty], n, 1e-6);
+        /* optim: the same float gradients, only the double sum regrouped;
+           grads: the reduce sums each slice in its own order (float ulps) */
+        const double norm_tol = run->shard == DDPC_SHARD_OPTIM ? 1e-12 : 1e-6;
+        norm_err = fabs(norm - unsharded_norm[ty]) / fmax(unsharded_norm[ty], 1e-300);
+        if (!(norm_err <= norm_tol) || !(norm > 0))
+            FAILF("gradient norm %.17g, unsharded %.17g: relative %.3g > %.0e", norm,
+                  unsharded_norm[ty], norm_err, norm_tol);
+        EXPECT_SAME_ON_ALL_RANKS("the sharded gradient norm", &norm, sizeof norm);
+        if (rank == 0)
+            printf("gpu_ddp: %s: optimizer state %zu of %zu floats per rank; vs the unsharded "
+                   "run: parameters %.3g, gradient norm %.3g relative\n",
+                   label, slen, n, vs_unsharded, norm_err);
+    }
     if (rank == 0) {
         printf("gpu_ddp: %s: %d buckets, worst relative difference from the %sreference %.3g "
                "(tolerance %g)\n", label, ddpc_ddp_num_buckets(d),
@@ -406,18 +473,20 @@ static void run_backend(ddpc_backend_t be)
     const char *name = ddpc_backend_name(ddpc_comm_backend(c));
     for (size_t r = 0; r < sizeof runs / sizeof *runs; r++)
         train(c, &runs[r], name);
-    /* sharding (DDPC_SHARD) is for host engines: a device engine refuses it
-       at create, naming the option */
-    for (int sh = DDPC_SHARD_OPTIM; sh <= DDPC_SHARD_GRADS && ddpc_comm_device(c) != DDPC_DEVICE_HOST;
-         sh++) {
+    /* DDPC_SHARD=grads reduce-scatters float32 buckets only: compressed
+       wire refused at create, naming both options */
+    {
         ddpc_ddp_config_t dc = DDPC_DDP_CONFIG_INIT;
-        dc.shard = sh;
+        dc.shard = DDPC_SHARD_GRADS;
+        dc.compress = DDPC_BF16;
         dc.stream = strm;
         ddpc_ddp_t d = NULL;
-        snprintf(label, sizeof label, "%s, shard %d refused", name, sh);
+        snprintf(label, sizeof label, "%s, DDPC_SHARD=grads with bf16 refused", name);
         EXPECT_STATUS(ddpc_ddp_create(c, &dc, &d), DDPC_ERR_UNSUPPORTED);
-        if (!d || !strstr(ddpc_ddp_last_error(d), "DDPC_SHARD="))
-            FAILF("the refusal does not name DDPC_SHARD: %s", d ? ddpc_ddp_last_error(d) : "");
+        if (!d || !strstr(ddpc_ddp_last_error(d), "DDPC_SHARD=") ||
+            !strstr(ddpc_ddp_last_error(d), "DDPC_COMPRESS=bf16"))
+            FAILF("the refusal does not name DDPC_SHARD and DDPC_COMPRESS: %s",
+                  d ? ddpc_ddp_last_error(d) : "");
         ddpc_ddp_destroy(d);
     }
     check_batchnorm(c);

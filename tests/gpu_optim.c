@@ -2,8 +2,11 @@
 /* gpu_optim.c: the device optimizer (cuda_kernels.cu) against its CPU twin
  * (optim.c) through the public API: same parameters, same gradients, 100
  * steps per config, then parameters, gradients, every state tensor and the
- * scalars compared; and the wire-compression copies against half.c, bit for
- * bit. One process, one GPU; without a usable GPU it is skipped (exit 77). */
+ * scalars compared; the same steps as a sharded device engine takes them
+ * (DDPC_SHARD: ddpc_cuda_optim_sumsq per slice, the slices' sums gathered,
+ * ddpc_cuda_optim_apply per slice with its own scalars, as SHARDS ranks
+ * would) compared likewise, every slice's scalars too; and the
+ * wire-compression copies against half.c, bit for bit. One process, one GPU; without a usable GPU it is skipped (exit 77). */
 #include "ddpc.h"
 #include "cuda_kernels.h"
 
@@ -17,6 +20,7 @@
 #include <string.h>
 
 #define TOL 1e-6 /* max |device - cpu| / max(|cpu|, 1e-3) */
+#define SHARDS 3  /* the sharded twin's slices ("ranks") */
 
 static int T_fail;           /* failed checks, all configs */
 static const char *T_label;  /* the config being checked, for messages */
@@ -162,6 +166,17 @@ static int run_config(ddpc_ddp_t d, const float *p0, const char *label,
     double err_norm = 0, err_scale = 0, err_arena = 0;
     int reported = 0;
     const size_t bytes = n * sizeof(float);
+    /* the sharded twin: its own arenas, a slice [off[k], off[k + 1]) and its
+     * scalars per "rank", the slices' sums of squares in rank order */
+    float *zp = NULL, *zg = NULL, *zs[2] = {NULL, NULL};
+    ddpc_cuda_optim_scalars_t *zsc = NULL, zh[SHARDS];
+    double *zsums = NULL, zerr = 0;
+    size_t off[SHARDS + 1];
+    for (int k = 0; k <= SHARDS; k++) /* aligned to 16 floats, the last one short */
+        off[k] = k == SHARDS ? n : ((n + SHARDS - 1) / SHARDS + 15) / 16 * 16 * (size_t)k;
+    for (int k = 0; k <= SHARDS; k++)
+        if (off[k] > n)
+            off[k] = n;
 
     memcpy(hp, p0, bytes);
     T_OK(d, ddpc_optim_create(d, cfg, &o));
@@ -194,9 +209,23 @@ static int run_config(ddpc_ddp_t d, const float *p0, const char *label,
     memset(&sc, 0, sizeof sc);
     sc.scale = cfg->dynamic_loss_scale ? cfg->loss_scale : 1.0;
     CU(cudaMemcpyAsync(dsc, &sc, sizeof sc, cudaMemcpyHostToDevice, stream));
+    CU(cudaMalloc((void **)&zp, bytes));
+    CU(cudaMalloc((void **)&zg, bytes));
+    CU(cudaMemcpyAsync(zp, hp, bytes, cudaMemcpyHostToDevice, stream));
+    for (int k = 0; k < nstates; k++) {
+        CU(cudaMalloc((void **)&zs[k], bytes));
+        CU(cudaMemcpyAsync(zs[k], ddpc_optim_state(o, k, NULL), bytes, cudaMemcpyHostToDevice,
+                           stream));
+    }
+    CU(cudaMalloc((void **)&zsc, sizeof zh));
+    for (int k = 0; k < SHARDS; k++)
+        zh[k] = sc;
+    CU(cudaMemcpyAsync(zsc, zh, sizeof zh, cudaMemcpyHostToDevice, stream));
+    CU(cudaMalloc((void **)&zsums, SHARDS * sizeof(double)));
     CU(cudaStreamSynchronize(stream));
 
     for (int s = 0; s < nsteps; s++) {
+        char what[80];
         /* gradients as fp16 training hands them over: times the current scale */
         make_grads(hg, n, s, cfg->dynamic_loss_scale ? (float)ddpc_optim_loss_scale(o) : 1.0f);
         if (cfg->dynamic_loss_scale && s == 10)
@@ -204,15 +233,37 @@ static int run_config(ddpc_ddp_t d, const float *p0, const char *label,
         if (cfg->dynamic_loss_scale && s == 37)
             hg[n - 1] = -INFINITY;
         CU(cudaMemcpyAsync(dg, hg, bytes, cudaMemcpyHostToDevice, stream));
-        CU(cudaStreamSynchronize(stream));
+        CU(cudaMemcpyAsync(zg, hg, bytes, cudaMemcpyHostToDevice, stream));
+        CU(cudaStreamSynchronize(stream)); /* (the cpu step below unscales and clips hg) */
 
         int stepped = -1;
         T_OK(d, ddpc_optim_step(o, &stepped));
         CU(ddpc_cuda_optim_step(cfg, n, dp, dg, ds[0], ds[1], dsc, dpart, dhy, stream));
         CU(cudaMemcpyAsync(&sc, dsc, sizeof sc, cudaMemcpyDeviceToHost, stream));
+        /* the sharded twin: every slice's sum, then every slice's update */
+        for (int k = 0; k < SHARDS; k++)
+            CU(ddpc_cuda_optim_sumsq(off[k + 1] - off[k], zg + off[k], dpart, zsums + k, stream));
+        for (int k = 0; k < SHARDS; k++)
+            CU(ddpc_cuda_optim_apply(cfg, off[k + 1] - off[k], zp + off[k], zg + off[k],
+                                     zs[0] ? zs[0] + off[k] : NULL,
+                                     zs[1] ? zs[1] + off[k] : NULL, zsc + k, dpart, zsums,
+                                     SHARDS, dhy, stream));
+        CU(cudaMemcpyAsync(zh, zsc, sizeof zh, cudaMemcpyDeviceToHost, stream));
         CU(cudaStreamSynchronize(stream));
+        for (int k = 0; k < SHARDS; k++) {
+            snprintf(what, sizeof what, "step %d: slice %d: stepped", s, k);
+            EXPECT_EQ_INT(what, zh[k].stepped, stepped);
+            snprintf(what, sizeof what, "step %d: slice %d: steps", s, k);
+            EXPECT_EQ_INT(what, zh[k].steps, ddpc_optim_steps(o));
+            snprintf(what, sizeof what, "step %d: slice %d: loss scale", s, k);
+            EXPECT_REL(what, zh[k].scale, ddpc_optim_loss_scale(o), &zerr);
+            snprintf(what, sizeof what, "step %d: slice %d: last norm", s, k);
+            EXPECT_REL(what, zh[k].last_norm, ddpc_optim_last_grad_norm(o), &zerr);
+            snprintf(what, sizeof what, "step %d: slice %d: last norm vs slice 0", s, k);
+            if (zh[k].last_norm != zh[0].last_norm || zh[k].scale != zh[0].scale)
+                EXPECT_EQ_INT(what, 1, 0); /* one decision on every rank, to the bit */
+        }
 
-        char what[64];
         snprintf(what, sizeof what, "step %d: stepped", s);
         EXPECT_EQ_INT(what, sc.stepped, stepped);
         snprintf(what, sizeof what, "step %d: steps", s);
@@ -244,10 +295,23 @@ static int run_config(ddpc_ddp_t d, const float *p0, const char *label,
         CU(cudaStreamSynchronize(stream));
         err_arena = dmax(err_arena, compare(name, back, hs, n));
     }
+    CU(cudaMemcpyAsync(back, zp, bytes, cudaMemcpyDeviceToHost, stream));
+    CU(cudaStreamSynchronize(stream));
+    zerr = dmax(zerr, compare("params (sharded)", back, hp, n));
+    CU(cudaMemcpyAsync(back, zg, bytes, cudaMemcpyDeviceToHost, stream));
+    CU(cudaStreamSynchronize(stream));
+    zerr = dmax(zerr, compare("grads (sharded)", back, hg, n));
+    for (int k = 0; k < nstates; k++) {
+        const char *name = NULL;
+        const float *hs = ddpc_optim_state(o, k, &name);
+        CU(cudaMemcpyAsync(back, zs[k], bytes, cudaMemcpyDeviceToHost, stream));
+        CU(cudaStreamSynchronize(stream));
+        zerr = dmax(zerr, compare(name, back, hs, n));
+    }
     printf("gpu_optim: %-34s n=%-7zu steps=%" PRIu64 " scale=%g norm=%.6g: max rel error "
-           "arenas %.3g, norm %.3g, scale %.3g: %s\n",
+           "arenas %.3g, norm %.3g, scale %.3g; sharded in %d: %.3g: %s\n",
            label, n, (uint64_t)sc.steps, sc.scale, sc.last_norm, err_arena, err_norm, err_scale,
-           T_fail == fail0 ? "ok" : "FAILED");
+           SHARDS, zerr, T_fail == fail0 ? "ok" : "FAILED");
     reported = 1;
 
 fail:
@@ -260,6 +324,12 @@ fail:
     cudaFree(dsc);
     cudaFree(dpart);
     cudaFree(dhy);
+    cudaFree(zp);
+    cudaFree(zg);
+    cudaFree(zs[0]);
+    cudaFree(zs[1]);
+    cudaFree(zsc);
+    cudaFree(zsums);
     if (stream)
         cudaStreamDestroy(stream);
     free(back);

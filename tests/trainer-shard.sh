@@ -12,6 +12,13 @@
 #    DDPC_SHARD=optim, and an unsharded one resumed with grads, end bitwise
 #    as the uninterrupted unsharded run: the checkpoint's format does not
 #    depend on the sharding
+# and, where the trainer has a CUDA device (a GPU, or the device emulation:
+# configure --with-cuda=emulate), the same on --device cuda (the sharded
+# step on device arenas: the slices' norms all-gathered, the updated slices
+# all-gathered, the checkpoint gathered through the bounce buffer), plus
+# --clip 0.5 sharded against unsharded (the norm's double sum is regrouped
+# by slice: equal within rounding) and --cuda-graph on where graphs are
+# captured (nccl: the shard all-gathers captured with the step).
 . "$(dirname "$0")/lib.sh"
 TRAINER="$top_builddir/trainer"
 need_fmnist
@@ -20,10 +27,13 @@ COMMON="--data $DATA --device cpu --hidden 96,48 --threads 1 --seed 3 --optimize
 final() { # the final line's field $2 of file $1
     sed -n "s/^final: .*$2=\([^ ]*\).*$/\1/p" "$1"
 }
-run() { # name shard steps ckpt-dir
+run() { # name shard steps ckpt-dir [trainer options...]
+    n=$1 sh=$2 steps=$3 ck=$4
+    shift 4
     # shellcheck disable=SC2086
-    DDPC_SHARD=$2 mpirun_t 2 "$TRAINER" $COMMON --max-steps "$3" --ckpt-dir "$4" --log-every 30 \
-        >"$TMP/$1.out" 2>&1 || { cat "$TMP/$1.out"; fail "DDPC_SHARD=$2 run $1 (exit status)"; }
+    DDPC_SHARD=$sh mpirun_t 2 "$TRAINER" $COMMON --max-steps "$steps" --ckpt-dir "$ck" \
+        --log-every 30 "$@" >"$TMP/$n.out" 2>&1 ||
+        { cat "$TMP/$n.out"; fail "DDPC_SHARD=$sh run $n (exit status)"; }
 }
 
 run none none 60 none
@@ -46,3 +56,68 @@ for pair in grads:optim none:grads; do
     [ "$got" = "$ref" ] || { cat "$TMP/$a-then-$b.out"; fail "stopped with DDPC_SHARD=$a, resumed with $b: params_crc32=$got, uninterrupted $ref"; }
     echo "ok: stopped at 30 with DDPC_SHARD=$a, resumed with $b: params_crc32=$ref as uninterrupted"
 done
+
+# ---- --device cuda, where there is one (or the emulation)
+probe=$TMP/probe
+# shellcheck disable=SC2086
+mpirun_t 1 "$TRAINER" $COMMON --device cuda --max-steps 1 --ckpt-dir none >"$probe" 2>&1 || {
+    grep -Eq 'built without the CUDA model|no CUDA device visible|no usable GPU' "$probe" || {
+        cat "$probe"; fail "the 1-step CUDA probe failed"
+    }
+    echo "device part not run: no CUDA trainer or device here: $(grep -E -m1 'cuda' "$probe")"
+    exit 0
+}
+kind=GPU
+grep -q '(emulated)' "$probe" && kind="emulated GPU"
+COMMON="$COMMON --device cuda"
+run cnone none 60 none
+cref=$(final "$TMP/cnone.out" params_crc32)
+[ -n "$cref" ] || { cat "$TMP/cnone.out"; fail "no final line in the unsharded CUDA run"; }
+for s in optim grads; do
+    run "c$s" "$s" 60 none
+    got=$(final "$TMP/c$s.out" params_crc32)
+    [ "$got" = "$cref" ] ||
+        { cat "$TMP/c$s.out"; fail "--device cuda, DDPC_SHARD=$s: params_crc32=$got, unsharded $cref"; }
+done
+echo "ok ($kind): DDPC_SHARD=optim and grads at 2 ranks end with the unsharded params_crc32=$cref"
+for pair in grads:optim none:grads; do
+    a=${pair%:*} b=${pair#*:}
+    run "c$a-first" "$a" 30 "$TMP/cck-$a"
+    run "c$a-then-$b" "$b" 60 "$TMP/cck-$a"
+    grep -q "resum" "$TMP/c$a-then-$b.out" ||
+        { cat "$TMP/c$a-then-$b.out"; fail "--device cuda, DDPC_SHARD=$b did not resume"; }
+    got=$(final "$TMP/c$a-then-$b.out" params_crc32)
+    [ "$got" = "$cref" ] || { cat "$TMP/c$a-then-$b.out"
+        fail "--device cuda: stopped with DDPC_SHARD=$a, resumed with $b: params_crc32=$got, uninterrupted $cref"; }
+    echo "ok ($kind): stopped at 30 with DDPC_SHARD=$a, resumed with $b: params_crc32=$cref as uninterrupted"
+done
+# clipping on every step (0.5 is below this MLP's gradient norms): the
+# sharded norm regroups the double sum by slice, so equal within rounding
+run cclip none 60 none --clip 0.5
+for s in optim grads; do
+    run "cclip$s" "$s" 60 none --clip 0.5
+    python3 - "$(final "$TMP/cclip$s.out" test_loss)" "$(final "$TMP/cclip.out" test_loss)" "$s" <<'EOF' ||
+import sys
+got, want, s = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+e = abs(got - want) / want
+print("--clip 0.5, DDPC_SHARD=%s: test loss %.6g, unsharded %.6g (%.2g relative, tolerance 1e-4)"
+      % (s, got, want, e))
+sys.exit(not e <= 1e-4)
+EOF
+        { cat "$TMP/cclip$s.out"; fail "--device cuda --clip 0.5 DDPC_SHARD=$s is not the unsharded run"; }
+done
+# graphs: the shard all-gathers captured with the step, bitwise the eager
+# unsharded run on the same backend (nccl: a GPU per rank; the emulation
+# gets two devices per process)
+[ "$kind" = "emulated GPU" ] && DDPC_EMU_DEVICES=${DDPC_EMU_DEVICES:-2} && export DDPC_EMU_DEVICES
+run cgeager none 60 none
+run cgraph grads 60 none --cuda-graph on
+if grep -q 'without CUDA graphs' "$TMP/cgraph.out"; then
+    echo "graphs not captured here: $(grep -m1 'without CUDA graphs' "$TMP/cgraph.out")"
+else
+    want=$(final "$TMP/cgeager.out" params_crc32)
+    got=$(final "$TMP/cgraph.out" params_crc32)
+    [ -n "$want" ] && [ "$got" = "$want" ] || { cat "$TMP/cgraph.out"
+        fail "--cuda-graph on, DDPC_SHARD=grads: params_crc32=$got, eager unsharded $want"; }
+    echo "ok ($kind): --cuda-graph on with DDPC_SHARD=grads: params_crc32=$want as the eager unsharded run"
+fi

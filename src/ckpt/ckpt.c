@@ -105,8 +105,12 @@ static ddpc_status_t shadow_copy(ddpc_ckpt_t ck, int to_host)
     size_t numel = 0;
     ddpc_ddp_params(ck->ddp, &numel);
     const int ns = ddpc_optim_num_states(ck->opt);
+    const int sharded = ck_sharded(ck, NULL, NULL, NULL);
     for (int k = -1; k <= ns; k++) {
-        /* arena k (-1: the parameters, ns: the buffers) on the device, and its place in the shadow */
+        /* arena k (-1: the parameters, ns: the buffers) on the device, and its place in the
+           shadow; a sharded state goes through ck->full (gather_states, ck_states_scatter) */
+        if (sharded && k >= 0 && k < ns)
+            continue;
         size_t n = numel;
         float *dev = k < 0 ? ddpc_ddp_params(ck->ddp, NULL)
                      : k < ns ? ddpc_optim_state(ck->opt, k, NULL) : ddpc_ddp_buffers(ck->ddp, &n);
@@ -377,14 +381,66 @@ ddpc_status_t ck_states_full(ddpc_ckpt_t ck)
     return DDPC_OK;
 }
 
-void ck_states_scatter(ddpc_ckpt_t ck)
+ddpc_status_t ck_states_scatter(ddpc_ckpt_t ck)
 {
     size_t off = 0, len = 0, pad = 0;
     if (!ck->full || !ck_sharded(ck, &off, &len, &pad))
-        return;
-    for (int k = 0; k < ddpc_optim_num_states(ck->opt); k++)
-        memcpy(ddpc_optim_state(ck->opt, k, NULL), ck->full + (size_t)k * pad + off,
-               len * sizeof(float));
+        return DDPC_OK;
+    const int ns = ddpc_optim_num_states(ck->opt);
+    if (ck->device == DDPC_DEVICE_HOST) {
+        for (int k = 0; k < ns; k++)
+            memcpy(ddpc_optim_state(ck->opt, k, NULL), ck->full + (size_t)k * pad + off,
+                   len * sizeof(float));
+        return DDPC_OK;
+    }
+#ifdef DDPC_HAVE_CUDA
+    cudaStream_t s = (cudaStream_t)ddpc_ddp_stream(ck->ddp);
+    for (int k = 0; k < ns; k++)
+        CK_CU(cudaMemcpyAsync(ddpc_optim_state(ck->opt, k, NULL), ck->full + (size_t)k * pad + off,
+                              len * sizeof(float), cudaMemcpyHostToDevice, s),
+              "restoring the optimizer's shard");
+    CK_CU(cudaStreamSynchronize(s), "restoring the optimizer's shard");
+    return DDPC_OK;
+#else
+    return DDPC_ERR_UNSUPPORTED;
+#endif
+}
+
+/* A device engine's slices into rank 0's ck->full through the bounce
+ * buffer, m <= bounce / size floats of every rank's slice at a time (device
+ * memory is never spent on the whole state): gathered into the bounce by
+ * rank, each rank's piece copied to its place r * len + off. */
+static ddpc_status_t gather_states_device(ddpc_ckpt_t ck, size_t len, size_t pad)
+{
+#ifdef DDPC_HAVE_CUDA
+    cudaStream_t s = (cudaStream_t)ddpc_ddp_stream(ck->ddp);
+    const size_t c = ck->bounce_numel / (size_t)ck->size;
+    if (c == 0)
+        return ck_err(ck, DDPC_ERR_INVALID, "gathering the optimizer's shards: the bounce buffer "
+                      "of %zu floats (DDPC_CKPT_CHUNK_MB) holds less than one float per rank "
+                      "(%d ranks)", ck->bounce_numel, ck->size);
+    ddpc_status_t st;
+    for (int k = 0; k < ddpc_optim_num_states(ck->opt); k++) {
+        const float *mine = ddpc_optim_state(ck->opt, k, NULL);
+        for (size_t off = 0; off < len; off += c) {
+            const size_t m = len - off < c ? len - off : c;
+            ddpc_comm_tag_next(ck->comm, "ckpt optimizer shards");
+            if ((st = ddpc_gather(ck->comm, mine + off, ck->rank == 0 ? ck->bounce : NULL, m,
+                                  DDPC_F32, 0)) != DDPC_OK)
+                return ck_err(ck, st, "gathering the optimizer's shards: %s",
+                              ddpc_last_error(ck->rt));
+            for (int r = 0; r < ck->size && ck->rank == 0; r++)
+                CK_CU(cudaMemcpyAsync(ck->full + (size_t)k * pad + (size_t)r * len + off,
+                                      ck->bounce + (size_t)r * m, m * sizeof(float),
+                                      cudaMemcpyDeviceToHost, s), "gathering the optimizer's shards");
+            CK_CU(cudaStreamSynchronize(s), "gathering the optimizer's shards");
+        }
+    }
+    return DDPC_OK;
+#else
+    (void)len, (void)pad;
+    return DDPC_ERR_UNSUPPORTED;
+#endif
 }
 
 /* Collective, a sharded optimizer: every rank's slices of the state into
@@ -394,6 +450,8 @@ static ddpc_status_t gather_states(ddpc_ckpt_t ck)
     size_t len = 0, pad = 0;
     if (!ck_sharded(ck, NULL, &len, &pad))
         return DDPC_OK;
+    if (ck->rank == 0 && ck->device != DDPC_DEVICE_HOST)
+        ck_join(ck); /* a device engine's writer reads ck->full itself (no snapshot copy) */
     ddpc_status_t st = ck->rank == 0 ? ck_states_full(ck) : DDPC_OK;
     int32_t s = (int32_t)st;
     ddpc_status_t cst = ddpc_comm_host_bcast(ck->comm, &s, sizeof s, 0);
@@ -402,6 +460,8 @@ static ddpc_status_t gather_states(ddpc_ckpt_t ck)
     if (s != DDPC_OK)
         return ck->rank == 0 ? st : ck_err(ck, (ddpc_status_t)s, "rank 0 cannot hold the "
                                            "gathered optimizer state (see its message)");
+    if (ck->device != DDPC_DEVICE_HOST)
+        return gather_states_device(ck, len, pad);
     for (int k = 0; k < ddpc_optim_num_states(ck->opt); k++) {
         ddpc_comm_tag_next(ck->comm, "ckpt optimizer shards");
         if ((st = ddpc_gather(ck->comm, ddpc_optim_state(ck->opt, k, NULL),

@@ -133,10 +133,11 @@ ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *npar
 /* ckpt.c, sharded optimizer state: 1 if ck's optimizer holds a slice only
  * (*off, *len: its range; *pad: size * len, one state's floats in full);
  * ck_states_full allocates ck->full (zeroed) if not yet there; ck_states_scatter
- * copies each rank's slice from it into the optimizer after a load. */
+ * copies each rank's slice from it into the optimizer after a load (a device
+ * engine's: to the device, synchronizing with the engine's stream). */
 int ck_sharded(ddpc_ckpt_t ck, size_t *off, size_t *len, size_t *pad);
 ddpc_status_t ck_states_full(ddpc_ckpt_t ck);
-void ck_states_scatter(ddpc_ckpt_t ck);
+ddpc_status_t ck_states_scatter(ddpc_ckpt_t ck);
 /* FNV-1a 64: h (start with CK_FNV_BASIS) extended by n bytes. */
 #define CK_FNV_BASIS 0xcbf29ce484222325ull
 uint64_t ck_fnv(uint64_t h, const void *p, size_t n);

@@ -665,8 +665,8 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
             H5Fclose(r.f);
             r.f = -1;
         }
-        if (st == DDPC_OK && (st = ck_shadow_push(ck)) == DDPC_OK) { /* device: to the arenas */
-            ck_states_scatter(ck);
+        if (st == DDPC_OK && (st = ck_shadow_push(ck)) == DDPC_OK &&
+            (st = ck_states_scatter(ck)) == DDPC_OK) { /* device: to the arenas */
             apply(ck, h, meta, loaded, n);
             if (ck->rank == 0)
                 move_aside(ck, &r);

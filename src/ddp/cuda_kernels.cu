@@ -113,21 +113,37 @@ sumsq_partials(const float *__restrict__ g, size_t n, double *__restrict__ parti
 }
 
 /* Kernel 2: the step's decisions, optim.c's ddpc_optim_step up to the update.
+ * (A sharded step passes the ranks' sums of squares as its partials.)
  * Launch: 1 block x kThreads threads, on the step's stream, after kernel 1.
  * Thread t adds partials[t], partials[t + kThreads], ... (< nblocks) in
  * order, the block sums in a fixed tree, and thread 0 alone reads and writes
  * *sc and the factors. nblocks == 0 (n == 0): the sum is 0, as on the CPU.
  * steps is incremented here when the step applies; the update kernel uses
  * the pre-increment value saved in the factors. */
+__device__ double sum_partials(const double *__restrict__ partials, unsigned nblocks)
+{
+    double s = 0;
+    for (unsigned b = threadIdx.x; b < nblocks; b += kThreads)
+        s = __dadd_rn(s, partials[b]);
+    return block_sum(s);
+}
+
+/* A sharded step's first half: *out = the sum of partials[0, nblocks), as
+ * kernel 2 sums them. Launch: 1 block x kThreads threads, after kernel 1. */
+__global__ void __launch_bounds__(kThreads)
+sumsq_total(const double *__restrict__ partials, unsigned nblocks, double *__restrict__ out)
+{
+    const double ss = sum_partials(partials, nblocks);
+    if (threadIdx.x == 0)
+        *out = ss;
+}
+
 __global__ void __launch_bounds__(kThreads)
 optim_decide(const double *__restrict__ partials, unsigned nblocks,
              ddpc_cuda_optim_scalars_t *__restrict__ sc, step_factors *__restrict__ fac,
              const ddpc_cuda_optim_hyper_t *__restrict__ hyper, decide_args a)
 {
-    double s = 0;
-    for (unsigned b = threadIdx.x; b < nblocks; b += kThreads)
-        s = __dadd_rn(s, partials[b]);
-    double ss = block_sum(s);
+    double ss = sum_partials(partials, nblocks);
     if (threadIdx.x != 0)
         return;
 
@@ -319,36 +335,35 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(float *__restrict__ x, 
         x[i] = mul_like_cpu(x[i], scale);
 }
 
-} /* namespace */
-
-extern "C" cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t n, float *p,
-                                            float *g, float *s0, float *s1,
-                                            ddpc_cuda_optim_scalars_t *sc, double *partials,
-                                            const ddpc_cuda_optim_hyper_t *hyper,
-                                            cudaStream_t stream)
+/* The argument checks of a step's launchers; 0 when they hold. */
+int bad_step_args(const ddpc_optim_config_t *cfg, size_t n, const float *p, const float *g,
+                  const float *s0, const float *s1, const void *sc, const double *partials,
+                  const void *hyper)
 {
     if (!cfg || !sc || !partials || !hyper ||
         (cfg->type != DDPC_OPTIM_SGD && cfg->type != DDPC_OPTIM_ADAMW))
-        return cudaErrorInvalidValue;
+        return 1;
+    const int adamw = cfg->type == DDPC_OPTIM_ADAMW;
+    const int mom = (float)cfg->momentum > 0.0f;
+    return n > 0 && (!p || !g || (adamw ? (!s0 || !s1) : (mom && !s0)));
+}
+
+/* Kernels 2 and 3: decisions from sums[0, nsums), the update of n elements. */
+void decide_and_update(const ddpc_optim_config_t *cfg, size_t n, float *p, float *g, float *s0,
+                       float *s1, ddpc_cuda_optim_scalars_t *sc, double *partials,
+                       const double *sums, unsigned nsums, const ddpc_cuda_optim_hyper_t *hyper,
+                       cudaStream_t stream)
+{
     const int adamw = cfg->type == DDPC_OPTIM_ADAMW;
     sgd_args sa;
     sa.mom = (float)cfg->momentum > 0.0f;
     sa.nesterov = cfg->nesterov != 0;
-    if (n > 0 && (!p || !g || (adamw ? (!s0 || !s1) : (sa.mom && !s0))))
-        return cudaErrorInvalidValue;
-
-    /* n == 0 still runs the decision kernel: the CPU's step counts, grows the
-     * loss scale and records a zero norm with an empty arena too. */
-    const unsigned nb = n > 0 ? grid_for(n, kSumBlocks) : 0;
-    if (nb > 0)
-        sumsq_partials<<<nb, kThreads, 0, stream>>>(g, n, partials);
-
     decide_args da;
     da.dynamic = cfg->dynamic_loss_scale != 0;
     da.interval = cfg->scale_growth_interval;
     da.adamw = adamw;
     step_factors *fac = factors_of(partials);
-    optim_decide<<<1, kThreads, 0, stream>>>(partials, nb, sc, fac, hyper, da);
+    optim_decide<<<1, kThreads, 0, stream>>>(sums, nsums, sc, fac, hyper, da);
 
     if (n > 0) {
         const unsigned grid = grid_for(n, kMaxGrid);
@@ -357,6 +372,49 @@ extern "C" cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size
         else
             sgd_update<<<grid, kThreads, 0, stream>>>(n, p, g, s0, fac, sa);
     }
+}
+
+} /* namespace */
+
+extern "C" cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t n, float *p,
+                                            float *g, float *s0, float *s1,
+                                            ddpc_cuda_optim_scalars_t *sc, double *partials,
+                                            const ddpc_cuda_optim_hyper_t *hyper,
+                                            cudaStream_t stream)
+{
+    if (bad_step_args(cfg, n, p, g, s0, s1, sc, partials, hyper))
+        return cudaErrorInvalidValue;
+    /* n == 0 still runs the decision kernel: the CPU's step counts, grows the
+     * loss scale and records a zero norm with an empty arena too. */
+    const unsigned nb = n > 0 ? grid_for(n, kSumBlocks) : 0;
+    if (nb > 0)
+        sumsq_partials<<<nb, kThreads, 0, stream>>>(g, n, partials);
+    decide_and_update(cfg, n, p, g, s0, s1, sc, partials, partials, nb, hyper, stream);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ddpc_cuda_optim_sumsq(size_t n, const float *g, double *partials,
+                                             double *out, cudaStream_t stream)
+{
+    if (!partials || !out || (n > 0 && !g))
+        return cudaErrorInvalidValue;
+    const unsigned nb = n > 0 ? grid_for(n, kSumBlocks) : 0;
+    if (nb > 0)
+        sumsq_partials<<<nb, kThreads, 0, stream>>>(g, n, partials);
+    sumsq_total<<<1, kThreads, 0, stream>>>(partials, nb, out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ddpc_cuda_optim_apply(const ddpc_optim_config_t *cfg, size_t n, float *p,
+                                             float *g, float *s0, float *s1,
+                                             ddpc_cuda_optim_scalars_t *sc, double *partials,
+                                             const double *sums, unsigned nsums,
+                                             const ddpc_cuda_optim_hyper_t *hyper,
+                                             cudaStream_t stream)
+{
+    if (bad_step_args(cfg, n, p, g, s0, s1, sc, partials, hyper) || !sums || nsums == 0)
+        return cudaErrorInvalidValue;
+    decide_and_update(cfg, n, p, g, s0, s1, sc, partials, sums, nsums, hyper, stream);
     return cudaGetLastError();
 }
 

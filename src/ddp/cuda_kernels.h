@@ -71,6 +71,24 @@ cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t n, float
                                  double *partials, const ddpc_cuda_optim_hyper_t *hyper,
                                  cudaStream_t stream);
 
+/* A sharded step (DDPC_SHARD on a device engine) is ddpc_cuda_optim_step in
+ * two halves around the exchange of the slices' sums of squares:
+ * ddpc_cuda_optim_sumsq writes the sum of squares of g[0, n) into *out
+ * (device memory; kernel 1, then kernel 2's sum of the block partials in
+ * its order; n == 0 writes 0). The caller gathers every rank's *out into
+ * sums[0, nsums), in rank order, and ddpc_cuda_optim_apply makes the step's
+ * decisions from their sum (added as kernel 2 adds block partials: thread
+ * t adds sums[t], sums[t + 256], ..., then the fixed tree; the same bits on
+ * every rank that holds the same sums) and updates n elements. Apply uses
+ * only the factors tail of partials. Arguments and errors as
+ * ddpc_cuda_optim_step. */
+cudaError_t ddpc_cuda_optim_sumsq(size_t n, const float *g, double *partials, double *out,
+                                  cudaStream_t stream);
+cudaError_t ddpc_cuda_optim_apply(const ddpc_optim_config_t *cfg, size_t n, float *p, float *g,
+                                  float *s0, float *s1, ddpc_cuda_optim_scalars_t *sc,
+                                  double *partials, const double *sums, unsigned nsums,
+                                  const ddpc_cuda_optim_hyper_t *hyper, cudaStream_t stream);
+
 /* Wire compression: w[i] = half(g[i] * scale) (round to nearest even;
  * f16 != 0: IEEE half, else bfloat16), and back: g[i] = float(w[i]). Bit
  * for bit half.c's, NaNs included. n == 0 enqueues nothing. */

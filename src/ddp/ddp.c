@@ -192,10 +192,6 @@ ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg, dd
                      "in float32 only: not with DDPC_COMPRESS=%s (use DDPC_SHARD=optim, which "
                      "all-reduces the compressed buckets as without sharding)",
                      d->cfg.compress == DDPC_BF16 ? "bf16" : "fp16");
-    if (st == DDPC_OK && d->cfg.shard != DDPC_SHARD_NONE && d->device != DDPC_DEVICE_HOST)
-        st = ddp_err(d, DDPC_ERR_UNSUPPORTED, "DDPC_SHARD=%s runs on host engines (mpi backend) "
-                     "only, not on a device engine (GPU %d); use DDPC_SHARD=none",
-                     d->cfg.shard == DDPC_SHARD_GRADS ? "grads" : "optim", d->device);
     if (st == DDPC_OK && d->cfg.overlap == DDPC_OVERLAP_AUTO)
         resolve_overlap(d, w);
     return st;

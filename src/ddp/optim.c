@@ -42,6 +42,7 @@ struct ddpc_optim {
     ddpc_cuda_optim_scalars_t *sc; /* device: the scalars above, authoritative there */
     double *partials;  /* device: DDPC_CUDA_OPTIM_PARTIALS */
     ddpc_cuda_optim_hyper_t *hyper; /* device: the update's values, read when a step runs */
+    double *sums;      /* device, sharded: every rank's slice sum of squares, by rank */
     int set_err;       /* a cudaError_t of ddpc_optim_set_lr, reported by the next step */
 #endif
 };
@@ -156,6 +157,9 @@ ddpc_status_t ddpc_optim_create(ddpc_ddp_t d, const ddpc_optim_config_t *cfg, dd
                                DDPC_CUDA_OPTIM_PARTIALS * sizeof(double), "optimizer workspace");
         if (!st)
             st = ddp_dev_alloc(d, (void **)&o->hyper, sizeof *o->hyper, "optimizer config");
+        if (!st && o->sharded)
+            st = ddp_dev_alloc(d, (void **)&o->sums, (size_t)d->size * sizeof(double),
+                               "the shards' sums of squares");
         if (!st)
             st = push_hyper(o);
         if (!st)
@@ -197,6 +201,7 @@ void ddpc_optim_destroy(ddpc_optim_t o)
         ddp_dev_free(o->sc);
         ddp_dev_free(o->partials);
         ddp_dev_free(o->hyper);
+        ddp_dev_free(o->sums);
         free(o);
         return;
     }
@@ -401,6 +406,53 @@ static void adamw(ddpc_optim_t o, float *p, const float *restrict g, size_t n)
     }
 }
 
+/* The floats of this rank's slice that lie inside the arena (short of
+ * state_len, or 0, where the slice reaches the padding). */
+static size_t slice_numel(const ddpc_optim_t o)
+{
+    const size_t n = o->ddp->numel;
+    return o->state_off >= n ? 0 : n - o->state_off < o->state_len ? n - o->state_off
+                                                                   : o->state_len;
+}
+
+#ifdef DDPC_HAVE_CUDA
+/* A sharded step on the device, all stream-ordered on the engine's stream:
+ * the slice's sum of squares into sums[rank], the sums all-gathered (every
+ * rank then adds the same N doubles in the same order: one norm, one skip
+ * decision everywhere), the decisions and the slice's update, then the
+ * updated slices all-gathered in place. A skipped step (overflow) updates
+ * nothing and gathers the unchanged parameters. */
+static ddpc_status_t device_sharded_step(ddpc_optim_t o)
+{
+    ddpc_ddp_t d = o->ddp;
+    cudaStream_t s = (cudaStream_t)d->stream;
+    const size_t n = slice_numel(o), off = o->state_off;
+    float *p = d->param_arena + off, *g = d->grad_arena + off;
+    ddpc_status_t st = ddp_cuda_check(d, ddpc_cuda_optim_sumsq(n, g, o->partials,
+                                                              o->sums + d->rank, s),
+                                      "the optimizer step (the slice's sum of squares)");
+    if (st == DDPC_OK && d->size > 1) {
+        ddpc_comm_tag_next(d->comm, "ddp shard norms");
+        if ((st = ddpc_allgather(d->comm, o->sums + d->rank, o->sums, 1, DDPC_F64)) != DDPC_OK)
+            return ddp_err(d, st, "all-gathering the shards' sums of squares: %s",
+                           ddpc_last_error(d->rt));
+    }
+    if (st == DDPC_OK)
+        st = ddp_cuda_check(d, ddpc_cuda_optim_apply(&o->cfg, n, p, g, o->state[0], o->state[1],
+                                                     o->sc, o->partials, o->sums,
+                                                     (unsigned)d->size, o->hyper, s),
+                            "the optimizer step (the slice's update)");
+    if (st == DDPC_OK && d->size > 1) {
+        ddpc_comm_tag_next(d->comm, "ddp shard all-gather");
+        if ((st = ddpc_allgather(d->comm, d->param_arena + off, d->param_arena, o->state_len,
+                                 DDPC_F32)) != DDPC_OK)
+            return ddp_err(d, st, "all-gathering the updated parameter shards (%zu floats per "
+                           "rank): %s", o->state_len, ddpc_last_error(d->rt));
+    }
+    return st;
+}
+#endif
+
 static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
 {
     ddpc_ddp_t d = o->ddp;
@@ -420,10 +472,12 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
                                  "call it between replays"
                                : "");
         }
-        ddpc_status_t st = ddp_cuda_check(
-            d, ddpc_cuda_optim_step(&o->cfg, n, p, g, o->state[0], o->state[1], o->sc,
-                                    o->partials, o->hyper, (cudaStream_t)d->stream),
-            "the optimizer step");
+        ddpc_status_t st = o->sharded ? device_sharded_step(o)
+                                      : ddp_cuda_check(d, ddpc_cuda_optim_step(
+                                                              &o->cfg, n, p, g, o->state[0],
+                                                              o->state[1], o->sc, o->partials,
+                                                              o->hyper, (cudaStream_t)d->stream),
+                                                       "the optimizer step");
         if (st == DDPC_OK && stepped)
             *stepped = o->cfg.dynamic_loss_scale ? -1 : 1;
         return st;
@@ -434,8 +488,7 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
      * of the whole arena comes from the slices' partial sums, passed along
      * the ranks, bitwise the unsharded one */
     if (o->sharded) {
-        n = o->state_off >= n ? 0 : n - o->state_off < o->state_len ? n - o->state_off
-                                                                     : o->state_len;
+        n = slice_numel(o);
         p += o->state_off;
         g += o->state_off;
     }

@@ -342,7 +342,7 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     }
     for (int b = 0; b < d->nbuckets; b++) {
         ddp_bucket_t *bk = &d->buckets[b];
-        /* shard grads: the bucket's reduces, in order (host engines only) */
+        /* shard grads: the bucket's reduces, in order */
         for (int k = 0; k < bk->rs_n; k++) {
             ddpc_status_t ws = ddpc_work_wait(bk->rs_work[k], st == DDPC_ERR_TIMEOUT ? 0 : -1);
             bk->rs_work[k] = NULL;

@@ -35,43 +35,56 @@ static double tree_sum(double *v)
     return v[0];
 }
 
-typedef struct {
-    ddpc_optim_config_t cfg; /* by value, as the launcher takes it */
-    size_t n;
-    float *p, *g, *s0, *s1;
-    ddpc_cuda_optim_scalars_t *sc;
-    double *partials;
-    const ddpc_cuda_optim_hyper_t *hy;
-} step_t;
-
-static void run_step(void *arg)
+/* kernel 1: per-block partial sums of squares of g[0, n); returns the blocks */
+static unsigned sumsq_partials(const float *g, size_t n, double *partials)
 {
-    const step_t *a = arg;
-    const ddpc_optim_config_t *c = &a->cfg;
-    const ddpc_cuda_optim_hyper_t hy = *a->hy; /* read on the stream, as the kernels do */
-    const size_t n = a->n;
-    /* kernel 1: per-block partial sums of squares */
     const unsigned nb = n ? grid_for(n, SUM_BLOCKS) : 0;
     double th[THREADS];
     for (unsigned b = 0; b < nb; b++) {
         for (unsigned t = 0; t < THREADS; t++) {
             double s = 0;
             for (size_t i = (size_t)b * THREADS + t; i < n; i += (size_t)nb * THREADS) {
-                double x = (double)a->g[i];
+                double x = (double)g[i];
                 s = s + x * x;
             }
             th[t] = s;
         }
-        a->partials[b] = tree_sum(th);
+        partials[b] = tree_sum(th);
     }
-    /* kernel 2: the decisions */
+    return nb;
+}
+
+/* kernel 2's sum of partials[0, nb): thread-strided, then the tree */
+static double sum_partials(const double *partials, unsigned nb)
+{
+    double th[THREADS];
     for (unsigned t = 0; t < THREADS; t++) {
         double s = 0;
         for (unsigned b = t; b < nb; b += THREADS)
-            s = s + a->partials[b];
+            s = s + partials[b];
         th[t] = s;
     }
-    double ss = tree_sum(th);
+    return tree_sum(th);
+}
+
+typedef struct {
+    ddpc_optim_config_t cfg; /* by value, as the launcher takes it */
+    size_t n;
+    float *p, *g, *s0, *s1;
+    ddpc_cuda_optim_scalars_t *sc;
+    double *partials;
+    const double *sums; /* NULL: kernel 1 first, its partials the sums */
+    unsigned nsums;
+    double *out;        /* the sumsq launcher: kernels 1 and the sum only */
+    const ddpc_cuda_optim_hyper_t *hy;
+} step_t;
+
+/* kernels 2 and 3 from the sum of squares ss */
+static void decide_and_update(const step_t *a, double ss)
+{
+    const ddpc_optim_config_t *c = &a->cfg;
+    const ddpc_cuda_optim_hyper_t hy = *a->hy; /* read on the stream, as the kernels do */
+    const size_t n = a->n;
     ddpc_cuda_optim_scalars_t st = *a->sc;
     const unsigned long long steps0 = st.steps;
     float inv = 1.0f, coef = 1.0f;
@@ -144,19 +157,38 @@ static void run_step(void *arg)
     }
 }
 
-EMU_API cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t n, float *p,
-                                         float *g, float *s0, float *s1,
-                                         ddpc_cuda_optim_scalars_t *sc, double *partials,
-                                         const ddpc_cuda_optim_hyper_t *hyper, cudaStream_t stream)
+static void run_step(void *arg)
+{
+    const step_t *a = arg;
+    unsigned nb = sumsq_partials(a->g, a->n, a->partials);
+    decide_and_update(a, sum_partials(a->partials, nb));
+}
+
+static void run_sumsq(void *arg)
+{
+    const step_t *a = arg;
+    unsigned nb = sumsq_partials(a->g, a->n, a->partials);
+    *a->out = sum_partials(a->partials, nb);
+}
+
+static void run_apply(void *arg)
+{
+    const step_t *a = arg;
+    decide_and_update(a, sum_partials(a->sums, a->nsums));
+}
+
+/* the launchers' checks: 0 when the arguments are good and the memory live */
+static int check_step(const char *call, const ddpc_optim_config_t *cfg, size_t n, float *p,
+                      float *g, float *s0, float *s1, ddpc_cuda_optim_scalars_t *sc,
+                      double *partials, const ddpc_cuda_optim_hyper_t *hyper)
 {
     if (!cfg || !sc || !partials || !hyper ||
         (cfg->type != DDPC_OPTIM_SGD && cfg->type != DDPC_OPTIM_ADAMW))
-        return cudaErrorInvalidValue;
+        return -1;
     const int adamw = cfg->type == DDPC_OPTIM_ADAMW;
     const int mom = (float)cfg->momentum > 0.0f;
     if (n > 0 && (!p || !g || (adamw ? (!s0 || !s1) : (mom && !s0))))
-        return cudaErrorInvalidValue;
-    const char *call = "ddpc_cuda_optim_step";
+        return -1;
     size_t b = n * sizeof(float);
     if (emu_check(sc, sizeof *sc, EMU_DEVICE, call, "scalars") ||
         emu_check(partials, DDPC_CUDA_OPTIM_PARTIALS * sizeof(double), EMU_DEVICE, call,
@@ -165,9 +197,61 @@ EMU_API cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t 
         emu_check(p, b, EMU_DEVICE, call, "params") || emu_check(g, b, EMU_DEVICE, call, "grads") ||
         ((adamw || mom) && emu_check(s0, b, EMU_DEVICE, call, "state 0")) ||
         (adamw && emu_check(s1, b, EMU_DEVICE, call, "state 1")))
-        return emu_last_error();
-    step_t a = {*cfg, n, p, g, s0, s1, sc, partials, hyper};
+        return 1;
+    return 0;
+}
+
+EMU_API cudaError_t ddpc_cuda_optim_step(const ddpc_optim_config_t *cfg, size_t n, float *p,
+                                         float *g, float *s0, float *s1,
+                                         ddpc_cuda_optim_scalars_t *sc, double *partials,
+                                         const ddpc_cuda_optim_hyper_t *hyper, cudaStream_t stream)
+{
+    const char *call = "ddpc_cuda_optim_step";
+    int bad = check_step(call, cfg, n, p, g, s0, s1, sc, partials, hyper);
+    if (bad)
+        return bad < 0 ? cudaErrorInvalidValue : emu_last_error();
+    step_t a = {*cfg, n, p, g, s0, s1, sc, partials, NULL, 0, NULL, hyper};
     emu_launch(stream, call, run_step, &a, sizeof a);
+    return emu_last_error();
+}
+
+EMU_API cudaError_t ddpc_cuda_optim_sumsq(size_t n, const float *g, double *partials, double *out,
+                                          cudaStream_t stream)
+{
+    const char *call = "ddpc_cuda_optim_sumsq";
+    if (!partials || !out || (n > 0 && !g))
+        return cudaErrorInvalidValue;
+    if (emu_check(g, n * sizeof(float), EMU_DEVICE, call, "grads") ||
+        emu_check(partials, DDPC_CUDA_OPTIM_PARTIALS * sizeof(double), EMU_DEVICE, call,
+                  "partials") ||
+        emu_check(out, sizeof *out, EMU_DEVICE, call, "out"))
+        return emu_last_error();
+    step_t a;
+    memset(&a, 0, sizeof a);
+    a.n = n;
+    a.g = (float *)g;
+    a.partials = partials;
+    a.out = out;
+    emu_launch(stream, call, run_sumsq, &a, sizeof a);
+    return emu_last_error();
+}
+
+EMU_API cudaError_t ddpc_cuda_optim_apply(const ddpc_optim_config_t *cfg, size_t n, float *p,
+                                          float *g, float *s0, float *s1,
+                                          ddpc_cuda_optim_scalars_t *sc, double *partials,
+                                          const double *sums, unsigned nsums,
+                                          const ddpc_cuda_optim_hyper_t *hyper, cudaStream_t stream)
+{
+    const char *call = "ddpc_cuda_optim_apply";
+    if (!sums || nsums == 0)
+        return cudaErrorInvalidValue;
+    int bad = check_step(call, cfg, n, p, g, s0, s1, sc, partials, hyper);
+    if (bad)
+        return bad < 0 ? cudaErrorInvalidValue : emu_last_error();
+    if (emu_check(sums, nsums * sizeof *sums, EMU_DEVICE, call, "sums"))
+        return emu_last_error();
+    step_t a = {*cfg, n, p, g, s0, s1, sc, partials, sums, nsums, NULL, hyper};
+    emu_launch(stream, call, run_apply, &a, sizeof a);
     return emu_last_error();
 }
 
