@@ -4,9 +4,12 @@
 "shard", doc/ddp.md "Sharding", doc/performance.md).
 
 The trainer (AdamW, so two floats of state per parameter) on NP ranks runs
-STEPS steps with DDPC_SHARD=none, optim and grads, interleaved REPEATS times
-(none, optim, grads, none, ...) so that a noisy stretch of the machine hits
-every setting. Each rank runs under a small watcher (this script, --watch)
+STEPS steps with DDPC_SHARD=none, optim, optim/step and grads, interleaved
+REPEATS times (none, optim, optim/step, grads, none, ...) so that a noisy
+stretch of the machine hits every setting. optim and grads gather the
+updated slices by bucket in the next forward (the trainer's default,
+DDPC_SHARD_GATHER=forward); optim/step is optim with DDPC_SHARD_GATHER=step
+(one all-gather at the step's end): their ratio is what the overlap buys. Each rank runs under a small watcher (this script, --watch)
 that samples the trainer's VmRSS from /proc every 10 ms and prints the
 median of the last third of the samples (training: the data set's load,
 whose peak hides everything else, is over by then). The report gives,
@@ -47,7 +50,7 @@ MPIEXEC = env("MPIEXEC", "mpiexec")
 FLAGS = shlex.split(env("MPIEXEC_FLAGS", ""))
 OUT = env("BENCH_OUT", "bench-out")
 TIMEOUT = int(env("RUN_TIMEOUT", "600"))
-SETTINGS = ("none", "optim", "grads")
+SETTINGS = ("none", "optim", "optim/step", "grads")
 LOG = None
 
 
@@ -96,7 +99,10 @@ def watch(cmd):
 
 
 def run(setting, rep):
-    e = dict(os.environ, DDPC_SHARD=setting, DDPC_LOG_LEVEL="info")
+    shard, _, gather = setting.partition("/")
+    e = dict(os.environ, DDPC_SHARD=shard, DDPC_LOG_LEVEL="info")
+    if gather:
+        e["DDPC_SHARD_GATHER"] = gather
     e.setdefault("UCX_NET_DEVICES", "lo")  # as the tests: the testbed's interfaces come and go
     cmd = [MPIEXEC] + FLAGS + ["-n", str(NP), sys.executable, os.path.abspath(__file__), "--watch",
                                TRAINER, "--data", DATA, "--device", "cpu", "--optimizer", "adamw",
@@ -111,7 +117,7 @@ def run(setting, rep):
         p("run %d (DDPC_SHARD=%s) failed, exit %d:\n%s" % (rep, setting, r.returncode, out))
         sys.exit(1)
     ne = re.search(r"ddp: \d+ parameters, (\d+) elements", out)
-    here = re.findall(r"sharded \(floats \[(\d+), (\d+)\) here\)", out)
+    here = re.findall(r"sharded \(floats \[(\d+), (\d+)\) here[,)]", out)
     numel = int(ne.group(1)) if ne else 0
     slice_len = max((int(b) - int(a) for a, b in here), default=numel)
     return float(m.group(1)), rss, numel, slice_len
@@ -153,10 +159,15 @@ def main():
             min(ratio[s]), max(ratio[s]), med / 1024, (med - base_rss) / 1024, st,
             st / (2 * numel * 4 / 2**20) if numel else 0))
         if s != "none":
+            k = s.replace("/", "_")
             kv.append("%s_speed=%.3f %s_rss_saved_mib=%.1f %s_state_mib=%.2f" % (
-                s, statistics.median(ratio[s]), s, (base_rss - med) / 1024, s, st))
-    p("shard_summary ranks=%d params=%d state_unsharded_mib=%.2f %s repeats=%d" % (
-        NP, numel, 2 * numel * 4 / 2**20, " ".join(kv), REPEATS))
+                k, statistics.median(ratio[s]), k, (base_rss - med) / 1024, k, st))
+    fw = [a / b for a, b in zip(sps["optim"], sps["optim/step"])]
+    p("optim (gathered in the forward) / optim/step (all-gather at the step's end), same "
+      "repeat: median %.3f (%.3f..%.3f)" % (statistics.median(fw), min(fw), max(fw)))
+    p("shard_summary ranks=%d params=%d state_unsharded_mib=%.2f %s forward_vs_step=%.3f "
+      "repeats=%d" % (NP, numel, 2 * numel * 4 / 2**20, " ".join(kv), statistics.median(fw),
+                      REPEATS))
     return 0
 
 

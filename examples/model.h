@@ -123,6 +123,14 @@ typedef struct {
      * rank's own batch (BatchNorm1d). */
     float *buffers;
     void *bn_comm;
+    /* Called by the cpu forward before layer l first reads its parameters,
+     * with each one's index (the stage's, as grad_ready's): the trainer
+     * passes it on to ddpc_ddp_param_wait, so that a sharded step's gather
+     * (DDPC_SHARD_GATHER=forward) overlaps the layers before. NULL: none.
+     * The cuda model does not call it (device engines gather at the
+     * step's end). */
+    model_grad_ready_fn param_use;
+    void *param_use_ctx;
 } model_place_t;
 
 /* Since the last stats call: what the forwards measured. */

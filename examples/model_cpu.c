@@ -59,6 +59,8 @@ struct model {
     float *invstd[MODEL_MAX_LAYERS];
     double bn_n[MODEL_MAX_LAYERS];
     ddpc_comm_t bn_comm;                    /* sync: the data-parallel group */
+    model_grad_ready_fn use;                /* model_place_t's param_use, and its ctx */
+    void *use_ctx;
     float *bn_work;                         /* its ddpc_batchnorm_workspace; then 2 * widest */
     model_stats_t st;                       /* since the last stats call */
     char err[256];
@@ -166,6 +168,8 @@ static model_t *cpu_create(const model_spec_t *s, const model_place_t *where, in
     }
     m->train = 1;
     m->bn_comm = where ? (ddpc_comm_t)where->bn_comm : NULL;
+    m->use = where ? where->param_use : NULL;
+    m->use_ctx = where ? where->param_use_ctx : NULL;
     size_t off = 0, widest = 0, boff = 0;
     int ok = 1;
     for (int l = m->first; l < m->end; l++) {
@@ -359,8 +363,17 @@ static int cpu_forward(model_t *m)
     }
     m->B = B;
     m->act[m->first] = m->x;
+    const int p0 = model_param_index(&m->spec, m->first, MODEL_P_WEIGHT);
     for (int l = m->first; l < m->end; l++) {
         const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
+        for (int k = MODEL_P_WEIGHT; m->use && k <= MODEL_P_BN_BIAS; k++) {
+            const int pi = model_param_index(&m->spec, l, k);
+            if (pi >= 0 && m->use(m->use_ctx, pi - p0)) {
+                snprintf(m->err, sizeof m->err, "model: layer %d: waiting for parameter %d's "
+                         "gather failed", l, pi - p0);
+                return -1;
+            }
+        }
         float *o = m->out[l];
         for (int i = 0; i < B; i++) /* o = b, then o += act W^T */
             memcpy(o + (size_t)i * out, m->b[l], (size_t)out * sizeof(float));

@@ -115,6 +115,8 @@ static int set_blas_threads(int requested, int local_size)
 static uint32_t params_crc32(trainer_t *t)
 {
     size_t n = t->nparams;
+    if (ddpc_ddp_param_wait(t->ddp, -1) != DDPC_OK) /* a gather in flight (sharded) */
+        tr_fatal(t, "checksum", ddpc_ddp_last_error(t->ddp));
     if (t->ops->params_io(t->model, t->hparams, 0))
         tr_model_fatal(t, "checksum");
     const float *p = t->hparams;
@@ -183,6 +185,13 @@ static int grad_ready(void *ctx, int p)
     return ddpc_ddp_grad_ready((ddpc_ddp_t)ctx, p) != DDPC_OK;
 }
 
+/* the forward's first use of parameter p: a sharded step's gather of its
+   bucket (DDPC_SHARD_GATHER=forward) done */
+static int param_use(void *ctx, int p)
+{
+    return ddpc_ddp_param_wait((ddpc_ddp_t)ctx, p) != DDPC_OK;
+}
+
 /* Register the model's parameters, build the engine, initialize on rank 0
  * and broadcast, create the optimizer and the device's model. */
 static int build_model(trainer_t *t)
@@ -191,6 +200,7 @@ static int build_model(trainer_t *t)
     ddpc_ddp_config_t dc = DDPC_DDP_CONFIG_INIT;
     dc.compress = o->grad_dtype;
     dc.stream = t->stream;
+    dc.shard_gather = DDPC_GATHER_FORWARD; /* the cpu model waits by layer (param_use) */
     /* a pipeline stage's engine: its own layers' parameters, over its replicas */
     ddpc_comm_t ec = t->pipelined ? (t->dcol ? t->dcol : t->col) : t->dcomm ? t->dcomm : t->comm;
     if (ddpc_ddp_create(ec, &dc, &t->ddp) != DDPC_OK)
@@ -237,7 +247,8 @@ static int start_model(trainer_t *t)
         return tr_fail(t, "%s", ddpc_ddp_last_error(t->ddp));
     int max_batch = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
     model_place_t where = {t->gpu, t->stream, o->precision,
-                           ddpc_optim_loss_scale_device(t->optim), 0, 0, NULL, NULL};
+                           ddpc_optim_loss_scale_device(t->optim), 0, 0, NULL, NULL,
+                           param_use, t->ddp};
     if (o->model.batchnorm) { /* the buffers' initial values on every rank (a pure function) */
         size_t nb = 0;
         where.buffers = ddpc_ddp_buffers(t->ddp, &nb);

@@ -50,6 +50,8 @@ static size_t pack(trainer_t *t, int full_s, float *buf, int dir, int *rc)
     tr_stage_params(t, full_s >= 0 ? full_s : t->stage, &p0, &p1);
     const int base = full_s >= 0 ? p0 : 0, nst = ddpc_optim_num_states(op);
     size_t k = 0;
+    if (ddpc_ddp_param_wait(d, -1) != DDPC_OK && *rc == 0) /* a gather in flight (sharded) */
+        *rc = tr_fail(t, "%s", ddpc_ddp_last_error(d));
     for (int a = -1; a < nst; a++) {
         float *arena = a < 0 ? ddpc_ddp_params(d, NULL) : ddpc_optim_state(op, a, NULL);
         for (int i = p0; i < p1; i++) {

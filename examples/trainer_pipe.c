@@ -350,6 +350,8 @@ uint32_t tr_pipe_params_crc32(trainer_t *t)
     const model_spec_t *ms = &t->opt.model;
     /* stage s's parameters go to their place in the model's arena on stage 0 */
     size_t off = model_layers_param_offset(ms, t->first_layer[t->stage]);
+    if (ddpc_ddp_param_wait(t->ddp, -1) != DDPC_OK) /* a gather in flight (sharded) */
+        tr_fatal(t, "checksum", ddpc_ddp_last_error(t->ddp));
     if (t->ops->params_io(t->model, t->hparams + off, 0))
         tr_model_fatal(t, "checksum");
     int32_t crc = 0;

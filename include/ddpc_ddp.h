@@ -45,6 +45,8 @@ typedef struct {
     int fold_average;          /* DDPC_FOLD_AVERAGE=auto|0|1: the all-reduce sums and the
                                   1/N is applied in ddpc_optim_step's pass (below);
                                   DDPC_FOLD_AUTO: 1 while a ddpc optimizer is attached */
+    int shard_gather;          /* DDPC_SHARD_GATHER=step|forward: ddpc_shard_gather_t,
+                                  when a sharded step's updated parameters are gathered */
 } ddpc_ddp_config_t;
 
 /* Folding the average (host engines with compress none and shard none; a
@@ -66,14 +68,23 @@ typedef struct {
  * its contiguous, aligned range of the parameter arena (ZeRO-1,
  * ddpc_optim_state_range); grads also reduces the gradients into that range
  * only (ZeRO-2): after ddpc_ddp_wait the rest of the gradient arena holds
- * partial sums. Host engines only (a device engine: DDPC_ERR_UNSUPPORTED at
- * create); grads not with compress (DDPC_ERR_UNSUPPORTED). */
+ * partial sums. Host and device engines; grads not with compress
+ * (DDPC_ERR_UNSUPPORTED at create). */
 typedef enum { DDPC_SHARD_NONE = 0, DDPC_SHARD_OPTIM = 1, DDPC_SHARD_GRADS = 2 } ddpc_shard_t;
+
+/* When a sharded step's updated slices reach every rank: STEP, one
+ * all-gather at the end of ddpc_optim_step; FORWARD (host engines), one
+ * broadcast per piece of each bucket (root: the slice's owner), issued at
+ * the step's end in registration order and left running, so that they
+ * overlap the next forward: the program calls ddpc_ddp_param_wait(p) before
+ * its first use of parameter p (a device engine gathers at the step's end,
+ * stream-ordered, and param_wait returns at once). */
+typedef enum { DDPC_GATHER_STEP = 0, DDPC_GATHER_FORWARD = 1 } ddpc_shard_gather_t;
 
 #define DDPC_OVERLAP_AUTO (-1)
 #define DDPC_DDP_CONFIG_INIT                                                                   \
     {(size_t)1 << 20, (size_t)25 << 20, 0, DDPC_F32, DDPC_OVERLAP_AUTO, NULL, 1, DDPC_SHARD_NONE,   \
-     DDPC_FOLD_AUTO}
+     DDPC_FOLD_AUTO, DDPC_GATHER_STEP}
 
 /* Not collective. cfg may be NULL. The engine uses comm for all its traffic.
  * On a device communicator (nccl, mpi-staged) the arenas (parameters,
@@ -176,6 +187,16 @@ DDPC_API ddpc_status_t ddpc_ddp_grad_ready(ddpc_ddp_t ddp, int index);
  * collectives and is read at the next wait, so that no step synchronizes
  * the host), as PyTorch's DDP does. */
 DDPC_API ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t ddp);
+/* Sharded with shard_gather FORWARD: wait until parameter index (its
+ * bucket) holds every rank's update of the last step; index -1: every
+ * parameter. Returns at once where nothing is in flight (unsharded, STEP,
+ * device engines, or already waited for). Not collective. Every ddpc call
+ * that reads or overwrites the whole parameter arena waits first
+ * (ddpc_ddp_wait, ddpc_optim_step, checkpoint save and load,
+ * broadcast_params, check_params, destroy); a program that reads a
+ * parameter outside its rank's slice before waiting for it reads the
+ * previous step's values. */
+DDPC_API ddpc_status_t ddpc_ddp_param_wait(ddpc_ddp_t ddp, int index);
 
 /* CUDA graphs: on the nccl backend a whole step (zero_grad, the model's
  * kernels with their grad_ready calls, wait, ddpc_optim_step) issues only

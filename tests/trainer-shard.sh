@@ -12,6 +12,9 @@
 #    DDPC_SHARD=optim, and an unsharded one resumed with grads, end bitwise
 #    as the uninterrupted unsharded run: the checkpoint's format does not
 #    depend on the sharding
+#  - the trainer's default DDPC_SHARD_GATHER=forward (the updated slices
+#    broadcast by bucket, each waited for by the forward's layer) and
+#    DDPC_SHARD_GATHER=step (one all-gather) end alike
 # and, where the trainer has a CUDA device (a GPU, or the device emulation:
 # configure --with-cuda=emulate), the same on --device cuda (the sharded
 # step on device arenas: the slices' norms all-gathered, the updated slices
@@ -24,6 +27,9 @@ TRAINER="$top_builddir/trainer"
 need_fmnist
 COMMON="--data $DATA --device cpu --hidden 96,48 --threads 1 --seed 3 --optimizer adamw --batch-size 32"
 
+# the engine's build line says how it gathers
+DDPC_LOG_LEVEL=info
+export DDPC_LOG_LEVEL
 final() { # the final line's field $2 of file $1
     sed -n "s/^final: .*$2=\([^ ]*\).*$/\1/p" "$1"
 }
@@ -45,6 +51,19 @@ for s in optim grads; do
     [ "$got" = "$ref" ] || { cat "$TMP/$s.out"; fail "DDPC_SHARD=$s: params_crc32=$got, unsharded $ref"; }
 done
 echo "ok: DDPC_SHARD=optim and grads at 2 ranks (overlap off) end with the unsharded params_crc32=$ref"
+# the trainer gathers the updated slices by layer in the next forward
+# (DDPC_SHARD_GATHER=forward, its default): the step's-end all-gather too
+grep -q "gathered by bucket in the forward" "$TMP/optim.out" ||
+    { cat "$TMP/optim.out"; fail "the trainer's sharded engine does not gather in the forward"; }
+DDPC_SHARD_GATHER=step
+export DDPC_SHARD_GATHER
+run step optim 60 none
+unset DDPC_SHARD_GATHER
+got=$(final "$TMP/step.out" params_crc32)
+[ "$got" = "$ref" ] || { cat "$TMP/step.out"; fail "DDPC_SHARD_GATHER=step: params_crc32=$got, unsharded $ref"; }
+grep -q "gathered at the step's end" "$TMP/step.out" ||
+    { cat "$TMP/step.out"; fail "DDPC_SHARD_GATHER=step is not at the step's end"; }
+echo "ok: DDPC_SHARD_GATHER=step (one all-gather) and forward (by bucket, in the forward): params_crc32=$ref"
 
 # stop at 30 under one setting, resume to 60 under another
 for pair in grads:optim none:grads; do

@@ -675,8 +675,11 @@ ddpc_status_t ddpc_ckpt_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
 {
     if (!ck)
         return DDPC_ERR_INVALID;
-    ddpc_status_t st = gather_states(ck); /* sharded: the whole state on rank 0 */
+    /* sharded, gathered in the forward: the last step's parameters first */
+    ddpc_status_t st = ddpc_ddp_param_wait(ck->ddp, -1);
     if (st != DDPC_OK)
+        return ck_err(ck, st, "save: %s", ddpc_ddp_last_error(ck->ddp));
+    if ((st = gather_states(ck)) != DDPC_OK) /* sharded: the whole state on rank 0 */
         return st;
     if (ck->rank == 0) {
         double t0 = ddpc_now();

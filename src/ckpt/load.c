@@ -625,8 +625,14 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
     head_t *h = calloc(1, sizeof *h);
     r0_t r = {.want = path, .f = -1, .fd = -1};
     unsigned plugins = 0;
+    /* no broadcast of a gather in the forward may land on the loaded values */
+    ddpc_status_t st = ddpc_ddp_param_wait(ck->ddp, -1);
+    if (st != DDPC_OK) {
+        free(h);
+        return ck_err(ck, st, "load: %s", ddpc_ddp_last_error(ck->ddp));
+    }
     /* sharded: the whole state arrives in ck->full, each rank keeps its slice */
-    ddpc_status_t st = h ? ck_states_full(ck) : ck_err(ck, DDPC_ERR_NOMEM, "load");
+    st = h ? ck_states_full(ck) : ck_err(ck, DDPC_ERR_NOMEM, "load");
     if (st == DDPC_OK)
         st = ck_items(ck, &items, &nitems, &np);
     if ((st = agree_items(ck, items, nitems, st)) != DDPC_OK) {

@@ -69,6 +69,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     static const char *const ov[] = {"0", "1", "auto", NULL}; /* 2: DDPC_OVERLAP_AUTO */
     static const char *const shard[] = {"none", "optim", "grads", NULL}; /* ddpc_shard_t */
     static const char *const fold[] = {"0", "1", "auto", NULL}; /* 2: DDPC_FOLD_AUTO */
+    static const char *const gather[] = {"step", "forward", NULL}; /* ddpc_shard_gather_t */
     ddpc_t rt = d->rt;
     double first = (double)d->cfg.first_bucket_bytes / 1048576.0;
     double cap = (double)d->cfg.bucket_bytes / 1048576.0;
@@ -77,6 +78,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     int c = d->cfg.compress == DDPC_BF16 ? 1 : d->cfg.compress == DDPC_F16 ? 2 : 0;
     int sh = d->cfg.shard;
     int fo = d->cfg.fold_average == DDPC_FOLD_AUTO ? 2 : d->cfg.fold_average != 0;
+    int ga = d->cfg.shard_gather;
     ddpc_status_t st;
     if ((st = ddpc_env_double(rt, "DDPC_FIRST_BUCKET_MB", 0, 1 << 20, &first)) ||
         (st = ddpc_env_double(rt, "DDPC_BUCKET_MB", 1.0 / 1024, 1 << 20, &cap)) ||
@@ -86,7 +88,8 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
         (st = ddpc_env_long(rt, "DDPC_CHECK_PARAMS", 0, 1000000000L, &d->check_every)) ||
         (st = ddpc_env_choice(rt, "DDPC_COMPRESS", comp, &c)) ||
         (st = ddpc_env_choice(rt, "DDPC_SHARD", shard, &sh)) ||
-        (st = ddpc_env_choice(rt, "DDPC_FOLD_AVERAGE", fold, &fo))) {
+        (st = ddpc_env_choice(rt, "DDPC_FOLD_AVERAGE", fold, &fo)) ||
+        (st = ddpc_env_choice(rt, "DDPC_SHARD_GATHER", gather, &ga))) {
         snprintf(d->err, sizeof d->err, "%s", ddpc_last_error(rt));
         return st;
     }
@@ -98,6 +101,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     d->cfg.compress = c == 1 ? DDPC_BF16 : c == 2 ? DDPC_F16 : DDPC_F32;
     d->cfg.shard = sh;
     d->cfg.fold_average = fo == 2 ? DDPC_FOLD_AUTO : fo;
+    d->cfg.shard_gather = ga;
     return DDPC_OK;
 }
 
@@ -187,6 +191,10 @@ ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg, dd
     if (st == DDPC_OK && (d->cfg.shard < DDPC_SHARD_NONE || d->cfg.shard > DDPC_SHARD_GRADS))
         st = ddp_err(d, DDPC_ERR_INVALID, "shard must be DDPC_SHARD_NONE, _OPTIM or _GRADS, not %d",
                      d->cfg.shard);
+    if (st == DDPC_OK && d->cfg.shard_gather != DDPC_GATHER_STEP &&
+        d->cfg.shard_gather != DDPC_GATHER_FORWARD)
+        st = ddp_err(d, DDPC_ERR_INVALID, "shard_gather must be DDPC_GATHER_STEP or _FORWARD, "
+                     "not %d", d->cfg.shard_gather);
     if (st == DDPC_OK && d->cfg.shard == DDPC_SHARD_GRADS && d->cfg.compress != DDPC_F32)
         st = ddp_err(d, DDPC_ERR_UNSUPPORTED, "DDPC_SHARD=grads (ZeRO-2) reduces the gradients "
                      "in float32 only: not with DDPC_COMPRESS=%s (use DDPC_SHARD=optim, which "
@@ -202,7 +210,10 @@ void ddpc_ddp_destroy(ddpc_ddp_t d)
     if (!d)
         return;
     const int dev = d->device != DDPC_DEVICE_HOST;
+    if (d->built)
+        ddp_gather_wait(d, -1);
     for (int b = 0; b < d->nbuckets; b++) {
+        free(d->buckets[b].ag_work);
         if (d->buckets[b].work)
             ddpc_work_wait(d->buckets[b].work, -1);
         for (int k = 0; k < d->buckets[b].rs_n; k++)
@@ -535,18 +546,24 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
         for (int b = 0; b < d->nbuckets; b++)
             if (!(d->buckets[b].rs_work = calloc((size_t)d->size, sizeof(ddpc_work_t))))
                 return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the reduce handles");
+    if (d->cfg.shard != DDPC_SHARD_NONE && d->cfg.shard_gather == DDPC_GATHER_FORWARD && !dev)
+        for (int b = 0; b < d->nbuckets; b++)
+            if (!(d->buckets[b].ag_work = calloc((size_t)d->size, sizeof(ddpc_work_t))))
+                return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the gather handles");
     for (int b = 0; b < d->nbuckets; b++)
         d->buckets[b].pending = d->buckets[b].last_param - d->buckets[b].first_param + 1;
     d->built = 1;
     char where[32] = "the host";
     if (dev)
         snprintf(where, sizeof where, "GPU %d", d->device);
-    char sh[96] = "", bufs[64] = "";
+    char sh[160] = "", bufs[64] = "";
     if (d->cfg.shard != DDPC_SHARD_NONE)
-        snprintf(sh, sizeof sh, ", %s sharded (floats [%zu, %zu) here)",
+        snprintf(sh, sizeof sh, ", %s sharded (floats [%zu, %zu) here, gathered %s)",
                  d->cfg.shard == DDPC_SHARD_GRADS ? "gradients and optimizer state"
                                                    : "optimizer state",
-                 d->shard_off, d->shard_off + d->shard_len);
+                 d->shard_off, d->shard_off + d->shard_len,
+                 d->cfg.shard_gather == DDPC_GATHER_FORWARD && !dev ? "by bucket in the forward"
+                                                                     : "at the step's end");
     if (d->nbufs)
         snprintf(bufs, sizeof bufs, ", %d buffers (%zu elements)", d->nbufs, d->buf_numel);
     ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s%s%s, arenas on %s",
@@ -559,7 +576,10 @@ ddpc_status_t ddpc_ddp_broadcast_params(ddpc_ddp_t d)
 {
     if (!d || !d->built)
         return d ? ddp_err(d, DDPC_ERR_STATE, "broadcast_params before build") : DDPC_ERR_INVALID;
-    ddpc_status_t st = ddpc_broadcast(d->comm, d->param_arena, d->numel, DDPC_F32, 0);
+    ddpc_status_t st = ddp_gather_wait(d, -1);
+    if (st)
+        return st;
+    st = ddpc_broadcast(d->comm, d->param_arena, d->numel, DDPC_F32, 0);
     if (st)
         return ddp_err(d, st, "initial broadcast: %s", ddpc_last_error(d->rt));
     return d->nbufs ? ddpc_ddp_broadcast_buffers(d) : DDPC_OK;
@@ -722,6 +742,9 @@ ddpc_status_t ddpc_ddp_check_params(ddpc_ddp_t d)
         return ddp_err(d, DDPC_ERR_STATE, "check_params while the engine's stream is being "
                        "captured into a CUDA graph: it reads the parameters on the host; call it "
                        "between replays");
+    ddpc_status_t gst = ddp_gather_wait(d, -1);
+    if (gst)
+        return gst;
     uint32_t mine = 0;
     ddpc_status_t st = params_crc(d, &mine);
     /* a rank that cannot hash still joins the exchange, with a value that

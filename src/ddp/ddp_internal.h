@@ -35,6 +35,9 @@ typedef struct {
     ddpc_work_t *rs_work; /* shard grads: (size,) the reduces of its pieces, one per
                              rank whose slice it meets, rs_n of them this step */
     int rs_n;
+    ddpc_work_t *ag_work; /* sharded, gather FORWARD: (size,) the broadcasts of its
+                             pieces' updated parameters, ag_n of them in flight */
+    int ag_n;
 } ddp_bucket_t;
 
 struct ddpc_ddp {
@@ -108,6 +111,13 @@ int ddp_capturing(ddpc_ddp_t d);
  * passes that cannot fold it). */
 int ddp_folds(ddpc_ddp_t d);
 void ddp_settle_average(ddpc_ddp_t d);
+
+/* Sharding (reducer.c): the end of the arena piece that starts at lo in
+ * rank *owner's slice, short of end; the updated slices' broadcasts of a
+ * FORWARD gather issued by bucket (ddpc_optim_step), and their waits. */
+size_t ddp_piece_end(const ddpc_ddp_t d, size_t lo, size_t end, int *owner);
+ddpc_status_t ddp_gather_issue(ddpc_ddp_t d);
+ddpc_status_t ddp_gather_wait(ddpc_ddp_t d, int bucket); /* -1: all */
 
 #define ddp_err(d, st, ...) DDPC_HANDLE_ERR(d, "ddp", st, __VA_ARGS__)
 

@@ -555,7 +555,11 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
         o->last_norm = sqrt(ss);
     }
     o->steps++;
-    if (o->sharded && d->size > 1) { /* every rank's updated slice to every rank, in place */
+    if (o->sharded && d->size > 1 && d->cfg.shard_gather == DDPC_GATHER_FORWARD) {
+        ddpc_status_t st = ddp_gather_issue(d); /* waited for by bucket: param_wait */
+        if (st != DDPC_OK)
+            return st;
+    } else if (o->sharded && d->size > 1) { /* every rank's updated slice to every rank */
         ddpc_comm_tag_next(d->comm, "ddp shard all-gather");
         ddpc_status_t st = ddpc_allgather(d->comm, d->param_arena + o->state_off, d->param_arena,
                                           o->state_len, DDPC_F32);
@@ -573,7 +577,9 @@ ddpc_status_t ddpc_optim_step(ddpc_optim_t o, int *stepped)
     if (!o)
         return DDPC_ERR_INVALID;
     const double t0 = ddpc_tl_t0();
-    ddpc_status_t st = optim_step(o, stepped);
+    ddpc_status_t st = ddp_gather_wait(o->ddp, -1); /* the last step's, if nothing waited */
+    if (st == DDPC_OK)
+        st = optim_step(o, stepped);
     ddpc_tl_span("optimizer step", t0, -1);
     ddpc_ddp_t d = o->ddp;
     if (st != DDPC_OK || d->check_every <= 0)

@@ -126,12 +126,12 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
          * r only, one reduce per rank whose slice the bucket meets (the
          * slices are equal and aligned, the buckets cut at parameters: the
          * pieces differ in length, so no equal-count reduce-scatter) */
-        const size_t L = d->shard_len, end = bk->offset + bk->numel;
+        const size_t end = bk->offset + bk->numel;
         st = DDPC_OK;
         bk->rs_n = 0;
-        for (size_t lo = bk->offset; st == DDPC_OK && lo < end && L;) {
-            const int r = (int)(lo / L);
-            const size_t hi = (size_t)(r + 1) * L < end ? (size_t)(r + 1) * L : end;
+        for (size_t lo = bk->offset; st == DDPC_OK && lo < end;) {
+            int r;
+            const size_t hi = ddp_piece_end(d, lo, end, &r);
             if (bk->rs_n)
                 ddpc_comm_tag_next(d->comm, tag);
             if (!d->cfg.overlap)
@@ -291,6 +291,76 @@ static ddpc_status_t device_unready(ddpc_ddp_t d, int unready, ddpc_status_t *la
 #endif
 }
 
+size_t ddp_piece_end(const ddpc_ddp_t d, size_t lo, size_t end, int *owner)
+{
+    const size_t L = d->shard_len;
+    *owner = (int)(lo / L);
+    return (size_t)(*owner + 1) * L < end ? (size_t)(*owner + 1) * L : end;
+}
+
+/* A FORWARD gather (host engines, more than one rank): every bucket's
+ * pieces broadcast from their slices' owners, in place, the buckets in
+ * registration order (the order a forward uses them), on the progress
+ * thread behind whatever the communicator runs already. */
+ddpc_status_t ddp_gather_issue(ddpc_ddp_t d)
+{
+    const int nb = d->nbuckets;
+    const int up = nb > 1 && d->buckets[0].first_param > d->buckets[nb - 1].first_param;
+    for (int i = 0; i < nb; i++) {
+        const int b = up ? nb - 1 - i : i;
+        ddp_bucket_t *bk = &d->buckets[b];
+        const size_t end = bk->offset + bk->numel;
+        char tag[40];
+        snprintf(tag, sizeof tag, "ddp shard gather %d", b);
+        for (size_t lo = bk->offset; lo < end;) {
+            int r;
+            const size_t hi = ddp_piece_end(d, lo, end, &r);
+            ddpc_comm_tag_next(d->comm, tag);
+            ddpc_status_t st = ddpc_ibroadcast(d->comm, d->param_arena + lo, hi - lo, DDPC_F32,
+                                               r, &bk->ag_work[bk->ag_n]);
+            if (st != DDPC_OK)
+                return ddp_err(d, st, "gathering bucket %d's updated parameters (floats [%zu, "
+                               "%zu) from rank %d): %s", b, lo, hi, r, ddpc_last_error(d->rt));
+            bk->ag_n++;
+            lo = hi;
+        }
+    }
+    return DDPC_OK;
+}
+
+ddpc_status_t ddp_gather_wait(ddpc_ddp_t d, int bucket)
+{
+    ddpc_status_t st = DDPC_OK;
+    for (int b = bucket < 0 ? 0 : bucket; b < (bucket < 0 ? d->nbuckets : bucket + 1); b++) {
+        ddp_bucket_t *bk = &d->buckets[b];
+        if (!bk->ag_n)
+            continue;
+        const double t0 = ddpc_tl_t0();
+        for (int k = 0; k < bk->ag_n; k++) {
+            ddpc_status_t ws = ddpc_work_wait(bk->ag_work[k], st == DDPC_ERR_TIMEOUT ? 0 : -1);
+            bk->ag_work[k] = NULL;
+            if (ws != DDPC_OK && st == DDPC_OK)
+                st = ddp_err(d, ws, "bucket %d (parameters %d..%d), the broadcast %d of %d of "
+                             "its updated parameters: %s", b, bk->first_param, bk->last_param,
+                             k + 1, bk->ag_n, ddpc_last_error(d->rt));
+        }
+        bk->ag_n = 0;
+        ddpc_tl_span("shard gather wait", t0, b);
+    }
+    return st;
+}
+
+ddpc_status_t ddpc_ddp_param_wait(ddpc_ddp_t d, int index)
+{
+    if (!d)
+        return DDPC_ERR_INVALID;
+    if (index < -1 || index >= d->nparams)
+        return ddp_err(d, DDPC_ERR_INVALID, "param_wait: parameter %d of %d", index, d->nparams);
+    if (!d->built)
+        return DDPC_OK;
+    return ddp_gather_wait(d, index < 0 ? -1 : d->params[index].bucket);
+}
+
 /* The compute stream is being captured into a CUDA graph: the step's host
  * checks run in the eager steps before the capture, not inside it. */
 int ddp_capturing(ddpc_ddp_t d)
@@ -309,6 +379,9 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
 {
     if (!d || !d->built)
         return d ? ddp_err(d, DDPC_ERR_STATE, "wait before build") : DDPC_ERR_INVALID;
+    ddpc_status_t gst = ddp_gather_wait(d, -1); /* the forward's, if it did not wait */
+    if (gst)
+        return gst;
     if (!d->sync) {
         reset_step(d); /* accumulation micro-step: gradients stay local */
         return DDPC_OK;
