@@ -73,12 +73,14 @@ typedef struct {
 typedef enum { DDPC_SHARD_NONE = 0, DDPC_SHARD_OPTIM = 1, DDPC_SHARD_GRADS = 2 } ddpc_shard_t;
 
 /* When a sharded step's updated slices reach every rank: STEP, one
- * all-gather at the end of ddpc_optim_step; FORWARD (host engines), one
- * broadcast per piece of each bucket (root: the slice's owner), issued at
- * the step's end in registration order and left running, so that they
- * overlap the next forward: the program calls ddpc_ddp_param_wait(p) before
- * its first use of parameter p (a device engine gathers at the step's end,
- * stream-ordered, and param_wait returns at once). */
+ * all-gather at the end of ddpc_optim_step; FORWARD (host engines that
+ * overlap, more than one rank), one broadcast per piece of each bucket
+ * (root: the slice's owner), issued at the step's end in registration order
+ * and left running on the progress thread, so that they overlap the next
+ * forward: the program calls ddpc_ddp_param_wait(p) before its first use of
+ * parameter p. Where the engine does not overlap (overlap 0, or AUTO with
+ * no core to spare) and on device engines (stream-ordered at the step's
+ * end) FORWARD gathers as STEP and param_wait returns at once. */
 typedef enum { DDPC_GATHER_STEP = 0, DDPC_GATHER_FORWARD = 1 } ddpc_shard_gather_t;
 
 #define DDPC_OVERLAP_AUTO (-1)
@@ -197,6 +199,9 @@ DDPC_API ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t ddp);
  * parameter outside its rank's slice before waiting for it reads the
  * previous step's values. */
 DDPC_API ddpc_status_t ddpc_ddp_param_wait(ddpc_ddp_t ddp, int index);
+/* The buckets whose gather (FORWARD) was issued and not yet waited for by
+ * param_wait or the engine: 0 where nothing is in flight. */
+DDPC_API int ddpc_ddp_param_pending(ddpc_ddp_t ddp);
 
 /* CUDA graphs: on the nccl backend a whole step (zero_grad, the model's
  * kernels with their grad_ready calls, wait, ddpc_optim_step) issues only

@@ -109,6 +109,19 @@ static double compare(const char *what, const float *dev, const float *cpu, size
     return worst;
 }
 
+/* Copies n floats of device memory dev to back and raises *worst to their
+ * error against cpu; -1 (counted in T_fail) where CUDA fails. */
+static int compare_dev(cudaStream_t stream, float *back, const char *what, const float *dev,
+                       const float *cpu, size_t n, double *worst)
+{
+    CU(cudaMemcpyAsync(back, dev, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CU(cudaStreamSynchronize(stream));
+    *worst = dmax(*worst, compare(what, back, cpu, n));
+    return 0;
+fail:
+    return -1;
+}
+
 static uint64_t splitmix64(uint64_t x)
 {
     x += 0x9e3779b97f4a7c15ull;
@@ -282,31 +295,17 @@ static int run_config(ddpc_ddp_t d, const float *p0, const char *label,
     if (cfg->dynamic_loss_scale && nsteps > 10)
         EXPECT_EQ_INT("steps skipped", (int64_t)nsteps - (int64_t)sc.steps, nsteps > 37 ? 2 : 1);
 
-    CU(cudaMemcpyAsync(back, dp, bytes, cudaMemcpyDeviceToHost, stream));
-    CU(cudaStreamSynchronize(stream));
-    err_arena = dmax(err_arena, compare("params", back, hp, n));
-    CU(cudaMemcpyAsync(back, dg, bytes, cudaMemcpyDeviceToHost, stream));
-    CU(cudaStreamSynchronize(stream));
-    err_arena = dmax(err_arena, compare("grads (unscaled, clipped)", back, hg, n));
+    if (compare_dev(stream, back, "params", dp, hp, n, &err_arena) ||
+        compare_dev(stream, back, "grads (unscaled, clipped)", dg, hg, n, &err_arena) ||
+        compare_dev(stream, back, "params (sharded)", zp, hp, n, &zerr) ||
+        compare_dev(stream, back, "grads (sharded)", zg, hg, n, &zerr))
+        goto fail;
     for (int k = 0; k < nstates; k++) {
         const char *name = NULL;
         const float *hs = ddpc_optim_state(o, k, &name);
-        CU(cudaMemcpyAsync(back, ds[k], bytes, cudaMemcpyDeviceToHost, stream));
-        CU(cudaStreamSynchronize(stream));
-        err_arena = dmax(err_arena, compare(name, back, hs, n));
-    }
-    CU(cudaMemcpyAsync(back, zp, bytes, cudaMemcpyDeviceToHost, stream));
-    CU(cudaStreamSynchronize(stream));
-    zerr = dmax(zerr, compare("params (sharded)", back, hp, n));
-    CU(cudaMemcpyAsync(back, zg, bytes, cudaMemcpyDeviceToHost, stream));
-    CU(cudaStreamSynchronize(stream));
-    zerr = dmax(zerr, compare("grads (sharded)", back, hg, n));
-    for (int k = 0; k < nstates; k++) {
-        const char *name = NULL;
-        const float *hs = ddpc_optim_state(o, k, &name);
-        CU(cudaMemcpyAsync(back, zs[k], bytes, cudaMemcpyDeviceToHost, stream));
-        CU(cudaStreamSynchronize(stream));
-        zerr = dmax(zerr, compare(name, back, hs, n));
+        if (compare_dev(stream, back, name, ds[k], hs, n, &err_arena) ||
+            compare_dev(stream, back, name, zs[k], hs, n, &zerr))
+            goto fail;
     }
     printf("gpu_optim: %-34s n=%-7zu steps=%" PRIu64 " scale=%g norm=%.6g: max rel error "
            "arenas %.3g, norm %.3g, scale %.3g; sharded in %d: %.3g: %s\n",

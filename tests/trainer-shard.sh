@@ -12,9 +12,9 @@
 #    DDPC_SHARD=optim, and an unsharded one resumed with grads, end bitwise
 #    as the uninterrupted unsharded run: the checkpoint's format does not
 #    depend on the sharding
-#  - the trainer's default DDPC_SHARD_GATHER=forward (the updated slices
-#    broadcast by bucket, each waited for by the forward's layer) and
-#    DDPC_SHARD_GATHER=step (one all-gather) end alike
+#  - with DDPC_OVERLAP=1, the trainer's DDPC_SHARD_GATHER=forward (the
+#    updated slices broadcast by bucket, each waited for by the forward's
+#    layer) and DDPC_SHARD_GATHER=step (one all-gather) end alike
 # and, where the trainer has a CUDA device (a GPU, or the device emulation:
 # configure --with-cuda=emulate), the same on --device cuda (the sharded
 # step on device arenas: the slices' norms all-gathered, the updated slices
@@ -42,23 +42,58 @@ run() { # name shard steps ckpt-dir [trainer options...]
         { cat "$TMP/$n.out"; fail "DDPC_SHARD=$sh run $n (exit status)"; }
 }
 
+# DDPC_SHARD=optim and grads, 60 steps, end with params_crc32 $3 (runs
+# named $1optim, $1grads; $2 prefixes the messages)
+sharded_equal() {
+    pre=$1 where=$2 want=$3
+    for s in optim grads; do
+        run "$pre$s" "$s" 60 none
+        got=$(final "$TMP/$pre$s.out" params_crc32)
+        [ "$got" = "$want" ] ||
+            { cat "$TMP/$pre$s.out"; fail "${where}DDPC_SHARD=$s: params_crc32=$got, unsharded $want"; }
+    done
+}
+# stopped at 30 under one setting, resumed to 60 under another: ends with
+# params_crc32 $3 (runs and checkpoint directories prefixed $1)
+resumes_across() {
+    pre=$1 where=$2 want=$3
+    for pair in grads:optim none:grads; do
+        a=${pair%:*} b=${pair#*:}
+        o=$TMP/$pre$a-then-$b.out
+        run "$pre$a-first" "$a" 30 "$TMP/${pre}ck-$a"
+        run "$pre$a-then-$b" "$b" 60 "$TMP/${pre}ck-$a"
+        grep -q "resum" "$o" || { cat "$o"; fail "${where}DDPC_SHARD=$b did not resume"; }
+        got=$(final "$o" params_crc32)
+        [ "$got" = "$want" ] || { cat "$o"
+            fail "${where}stopped with DDPC_SHARD=$a, resumed with $b: params_crc32=$got, uninterrupted $want"; }
+        echo "ok${where:+ ($kind)}: stopped at 30 with DDPC_SHARD=$a, resumed with $b:" \
+            "params_crc32=$want as uninterrupted"
+    done
+}
+
 run none none 60 none
 ref=$(final "$TMP/none.out" params_crc32)
 [ -n "$ref" ] || { cat "$TMP/none.out"; fail "no final line in the unsharded run"; }
-for s in optim grads; do
-    run "$s" "$s" 60 none
-    got=$(final "$TMP/$s.out" params_crc32)
-    [ "$got" = "$ref" ] || { cat "$TMP/$s.out"; fail "DDPC_SHARD=$s: params_crc32=$got, unsharded $ref"; }
-done
+sharded_equal "" "" "$ref"
 echo "ok: DDPC_SHARD=optim and grads at 2 ranks (overlap off) end with the unsharded params_crc32=$ref"
-# the trainer gathers the updated slices by layer in the next forward
-# (DDPC_SHARD_GATHER=forward, its default): the step's-end all-gather too
-grep -q "gathered by bucket in the forward" "$TMP/optim.out" ||
-    { cat "$TMP/optim.out"; fail "the trainer's sharded engine does not gather in the forward"; }
-DDPC_SHARD_GATHER=step
-export DDPC_SHARD_GATHER
+# the trainer asks for DDPC_SHARD_GATHER=forward (the updated slices
+# broadcast by bucket, waited for by layer in the next forward); the engine
+# takes it where its overlap is on (here, 1-thread ranks on 2 cores, off:
+# it gathers at the step's end), so DDPC_OVERLAP=1 puts it in effect
+grep -q "gathered at the step's end" "$TMP/optim.out" ||
+    { cat "$TMP/optim.out"; fail "overlap off: the sharded engine does not gather at the step's end"; }
+DDPC_OVERLAP=1
+export DDPC_OVERLAP
+run forward optim 60 none
+unset DDPC_OVERLAP
+got=$(final "$TMP/forward.out" params_crc32)
+[ "$got" = "$ref" ] || { cat "$TMP/forward.out"; fail "DDPC_OVERLAP=1 (gathered in the forward): params_crc32=$got, unsharded $ref"; }
+grep -q "gathered by bucket in the forward" "$TMP/forward.out" ||
+    { cat "$TMP/forward.out"; fail "DDPC_OVERLAP=1: the trainer's sharded engine does not gather in the forward"; }
+DDPC_OVERLAP=1 DDPC_SHARD_GATHER=step
+export DDPC_OVERLAP DDPC_SHARD_GATHER
 run step optim 60 none
-unset DDPC_SHARD_GATHER
+unset DDPC_OVERLAP DDPC_SHARD_GATHER
 got=$(final "$TMP/step.out" params_crc32)
 [ "$got" = "$ref" ] || { cat "$TMP/step.out"; fail "DDPC_SHARD_GATHER=step: params_crc32=$got, unsharded $ref"; }
 grep -q "gathered at the step's end" "$TMP/step.out" ||
@@ -66,15 +101,7 @@ grep -q "gathered at the step's end" "$TMP/step.out" ||
 echo "ok: DDPC_SHARD_GATHER=step (one all-gather) and forward (by bucket, in the forward): params_crc32=$ref"
 
 # stop at 30 under one setting, resume to 60 under another
-for pair in grads:optim none:grads; do
-    a=${pair%:*} b=${pair#*:}
-    run "$a-first" "$a" 30 "$TMP/ck-$a"
-    run "$a-then-$b" "$b" 60 "$TMP/ck-$a"
-    grep -q "resum" "$TMP/$a-then-$b.out" || { cat "$TMP/$a-then-$b.out"; fail "DDPC_SHARD=$b did not resume"; }
-    got=$(final "$TMP/$a-then-$b.out" params_crc32)
-    [ "$got" = "$ref" ] || { cat "$TMP/$a-then-$b.out"; fail "stopped with DDPC_SHARD=$a, resumed with $b: params_crc32=$got, uninterrupted $ref"; }
-    echo "ok: stopped at 30 with DDPC_SHARD=$a, resumed with $b: params_crc32=$ref as uninterrupted"
-done
+resumes_across "" "" "$ref"
 
 # ---- --device cuda, where there is one (or the emulation)
 probe=$TMP/probe
@@ -92,24 +119,9 @@ COMMON="$COMMON --device cuda"
 run cnone none 60 none
 cref=$(final "$TMP/cnone.out" params_crc32)
 [ -n "$cref" ] || { cat "$TMP/cnone.out"; fail "no final line in the unsharded CUDA run"; }
-for s in optim grads; do
-    run "c$s" "$s" 60 none
-    got=$(final "$TMP/c$s.out" params_crc32)
-    [ "$got" = "$cref" ] ||
-        { cat "$TMP/c$s.out"; fail "--device cuda, DDPC_SHARD=$s: params_crc32=$got, unsharded $cref"; }
-done
+sharded_equal c "--device cuda, " "$cref"
 echo "ok ($kind): DDPC_SHARD=optim and grads at 2 ranks end with the unsharded params_crc32=$cref"
-for pair in grads:optim none:grads; do
-    a=${pair%:*} b=${pair#*:}
-    run "c$a-first" "$a" 30 "$TMP/cck-$a"
-    run "c$a-then-$b" "$b" 60 "$TMP/cck-$a"
-    grep -q "resum" "$TMP/c$a-then-$b.out" ||
-        { cat "$TMP/c$a-then-$b.out"; fail "--device cuda, DDPC_SHARD=$b did not resume"; }
-    got=$(final "$TMP/c$a-then-$b.out" params_crc32)
-    [ "$got" = "$cref" ] || { cat "$TMP/c$a-then-$b.out"
-        fail "--device cuda: stopped with DDPC_SHARD=$a, resumed with $b: params_crc32=$got, uninterrupted $cref"; }
-    echo "ok ($kind): stopped at 30 with DDPC_SHARD=$a, resumed with $b: params_crc32=$cref as uninterrupted"
-done
+resumes_across c "--device cuda: " "$cref"
 # clipping on every step (0.5 is below this MLP's gradient norms): the
 # sharded norm regroups the double sum by slice, so equal within rounding
 run cclip none 60 none --clip 0.5

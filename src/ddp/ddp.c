@@ -546,7 +546,9 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
         for (int b = 0; b < d->nbuckets; b++)
             if (!(d->buckets[b].rs_work = calloc((size_t)d->size, sizeof(ddpc_work_t))))
                 return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the reduce handles");
-    if (d->cfg.shard != DDPC_SHARD_NONE && d->cfg.shard_gather == DDPC_GATHER_FORWARD && !dev)
+    d->gather_forward = d->cfg.shard != DDPC_SHARD_NONE && d->size > 1 && !dev &&
+                        d->cfg.shard_gather == DDPC_GATHER_FORWARD && d->cfg.overlap == 1;
+    if (d->gather_forward)
         for (int b = 0; b < d->nbuckets; b++)
             if (!(d->buckets[b].ag_work = calloc((size_t)d->size, sizeof(ddpc_work_t))))
                 return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the gather handles");
@@ -562,8 +564,7 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
                  d->cfg.shard == DDPC_SHARD_GRADS ? "gradients and optimizer state"
                                                    : "optimizer state",
                  d->shard_off, d->shard_off + d->shard_len,
-                 d->cfg.shard_gather == DDPC_GATHER_FORWARD && !dev ? "by bucket in the forward"
-                                                                     : "at the step's end");
+                 d->gather_forward ? "by bucket in the forward" : "at the step's end");
     if (d->nbufs)
         snprintf(bufs, sizeof bufs, ", %d buffers (%zu elements)", d->nbufs, d->buf_numel);
     ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s%s%s, arenas on %s",

@@ -60,6 +60,8 @@ struct ddpc_ddp {
      * the padding zero), so that an all-gather of equal counts runs in place */
     size_t shard_len;     /* floats per rank (numel when unsharded) */
     size_t shard_off;     /* this rank's first float (0 when unsharded) */
+    int gather_forward;   /* shard_gather FORWARD in effect: sharded, a host engine that
+                             overlaps (a broadcast needs a core to spare as a bucket does) */
 
     ddp_param_t *bufs;    /* buffers: state without gradients (bucket, ready unused) */
     int nbufs, bufcap;

@@ -350,6 +350,14 @@ ddpc_status_t ddp_gather_wait(ddpc_ddp_t d, int bucket)
     return st;
 }
 
+int ddpc_ddp_param_pending(ddpc_ddp_t d)
+{
+    int n = 0;
+    for (int b = 0; d && d->built && b < d->nbuckets; b++)
+        n += d->buckets[b].ag_n > 0;
+    return n;
+}
+
 ddpc_status_t ddpc_ddp_param_wait(ddpc_ddp_t d, int index)
 {
     if (!d)
