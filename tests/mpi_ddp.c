@@ -593,9 +593,8 @@ static void check_sharded(const shard_case_t *sc)
             ck_assert_int_eq(stepped, !(sc->loss_scale && t == 2));
             /* a FORWARD gather in flight after a step that updated, where
                the engine overlaps (not under DDPC_OVERLAP=0), then all of it */
-            const char *ov = getenv("DDPC_OVERLAP");
             const int fwd = e && sc->gather == DDPC_GATHER_FORWARD && T_size > 1 && stepped &&
-                            !(ov && !strcmp(ov, "0"));
+                            ddpc_ddp_overlap(d[e]);
             ck_assert_msg(fwd ? ddpc_ddp_param_pending(d[e]) == ddpc_ddp_num_buckets(d[e])
                               : ddpc_ddp_param_pending(d[e]) == 0,
                           "step %d, engine %d: %d buckets' gathers pending", t, e,

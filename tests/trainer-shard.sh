@@ -84,20 +84,22 @@ grep -q "gathered at the step's end" "$TMP/optim.out" ||
     { cat "$TMP/optim.out"; fail "overlap off: the sharded engine does not gather at the step's end"; }
 DDPC_OVERLAP=1
 export DDPC_OVERLAP
-run forward optim 60 none
-unset DDPC_OVERLAP
-got=$(final "$TMP/forward.out" params_crc32)
-[ "$got" = "$ref" ] || { cat "$TMP/forward.out"; fail "DDPC_OVERLAP=1 (gathered in the forward): params_crc32=$got, unsharded $ref"; }
-grep -q "gathered by bucket in the forward" "$TMP/forward.out" ||
-    { cat "$TMP/forward.out"; fail "DDPC_OVERLAP=1: the trainer's sharded engine does not gather in the forward"; }
-DDPC_OVERLAP=1 DDPC_SHARD_GATHER=step
-export DDPC_OVERLAP DDPC_SHARD_GATHER
-run step optim 60 none
+for g in forward step; do # forward: the trainer's own request
+    case $g in
+    forward) said="gathered by bucket in the forward" ;;
+    step)
+        said="gathered at the step's end"
+        DDPC_SHARD_GATHER=step
+        export DDPC_SHARD_GATHER
+        ;;
+    esac
+    run "$g" optim 60 none
+    got=$(final "$TMP/$g.out" params_crc32)
+    [ "$got" = "$ref" ] ||
+        { cat "$TMP/$g.out"; fail "DDPC_OVERLAP=1, gathered $g: params_crc32=$got, unsharded $ref"; }
+    grep -q "$said" "$TMP/$g.out" || { cat "$TMP/$g.out"; fail "DDPC_OVERLAP=1: not $said"; }
+done
 unset DDPC_OVERLAP DDPC_SHARD_GATHER
-got=$(final "$TMP/step.out" params_crc32)
-[ "$got" = "$ref" ] || { cat "$TMP/step.out"; fail "DDPC_SHARD_GATHER=step: params_crc32=$got, unsharded $ref"; }
-grep -q "gathered at the step's end" "$TMP/step.out" ||
-    { cat "$TMP/step.out"; fail "DDPC_SHARD_GATHER=step is not at the step's end"; }
 echo "ok: DDPC_SHARD_GATHER=step (one all-gather) and forward (by bucket, in the forward): params_crc32=$ref"
 
 # stop at 30 under one setting, resume to 60 under another
