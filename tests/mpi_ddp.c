@@ -876,7 +876,9 @@ START_TEST(sharded_gather_forward)
     setenv("DDPC_OVERLAP", "0", 1);
     check_sharded(&c);
     unsetenv("DDPC_OVERLAP");
-    /* a program that never waits: the engine's own calls do (wait, step) */
+    /* a program that never waits reads its parameters in the forward: its
+       steps all-gather at their end (nothing left in flight to race with
+       its reads); from its first param_wait on, they gather in the forward */
     ddpc_ddp_config_t dc = small_buckets();
     dc.shard = DDPC_SHARD_OPTIM;
     dc.shard_gather = DDPC_GATHER_FORWARD;
@@ -885,17 +887,24 @@ START_TEST(sharded_gather_forward)
     ddpc_optim_config_t oc = case_optim(DDPC_OPTIM_SGD, 0.9, 0, 0);
     ddpc_optim_t o;
     T_OK(ddpc_optim_create(d, &oc, &o));
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
+        if (t == 2)
+            T_OK(ddpc_ddp_param_wait(d, 0)); /* nothing pending: returns at once */
         T_OK(ddpc_ddp_zero_grad(d));
+        if (t > 2)
+            T_OK(ddpc_ddp_param_wait(d, -1));
         grad_linear(ddpc_ddp_params(d, NULL), ddpc_ddp_grads(d, NULL), t, T_rank * B, B, 1.0f);
         backward_ready(d, T_rank);
         T_OK(ddpc_ddp_wait(d));
         T_OK(ddpc_optim_step(o, NULL));
+        const int fwd = t >= 2 && T_size > 1 && ddpc_ddp_overlap(d);
+        ck_assert_msg(fwd ? ddpc_ddp_param_pending(d) > 0 : ddpc_ddp_param_pending(d) == 0,
+                      "step %d: %d buckets' gathers pending", t, ddpc_ddp_param_pending(d));
     }
     T_OK(ddpc_ddp_param_wait(d, -1));
     size_t n;
     const float *p = ddpc_ddp_params(d, &n);
-    assert_identical_across_ranks(p, n, "parameters gathered late", 3);
+    assert_identical_across_ranks(p, n, "parameters gathered late", 4);
     ck_assert_int_eq(ddpc_ddp_param_wait(d, -2), DDPC_ERR_INVALID);
     ck_assert_int_eq(ddpc_ddp_param_wait(d, ddpc_ddp_num_params(d)), DDPC_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(ddpc_ddp_last_error(d), "param_wait"));

@@ -675,8 +675,10 @@ ddpc_status_t ddpc_ckpt_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
 {
     if (!ck)
         return DDPC_ERR_INVALID;
-    /* sharded, gathered in the forward: the last step's parameters first */
-    ddpc_status_t st = ddpc_ddp_param_wait(ck->ddp, -1);
+    /* sharded, gathered in the forward: the last step's parameters first
+       (only when pending: a call would mark the model as one that waits) */
+    ddpc_status_t st =
+        ddpc_ddp_param_pending(ck->ddp) ? ddpc_ddp_param_wait(ck->ddp, -1) : DDPC_OK;
     if (st != DDPC_OK)
         return ck_err(ck, st, "save: %s", ddpc_ddp_last_error(ck->ddp));
     if ((st = gather_states(ck)) != DDPC_OK) /* sharded: the whole state on rank 0 */

@@ -625,8 +625,10 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
     head_t *h = calloc(1, sizeof *h);
     r0_t r = {.want = path, .f = -1, .fd = -1};
     unsigned plugins = 0;
-    /* no broadcast of a gather in the forward may land on the loaded values */
-    ddpc_status_t st = ddpc_ddp_param_wait(ck->ddp, -1);
+    /* no broadcast of a gather in the forward may land on the loaded values
+       (only when pending: a call would mark the model as one that waits) */
+    ddpc_status_t st =
+        ddpc_ddp_param_pending(ck->ddp) ? ddpc_ddp_param_wait(ck->ddp, -1) : DDPC_OK;
     if (st != DDPC_OK) {
         free(h);
         return ck_err(ck, st, "load: %s", ddpc_ddp_last_error(ck->ddp));

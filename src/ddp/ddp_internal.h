@@ -62,6 +62,9 @@ struct ddpc_ddp {
     size_t shard_off;     /* this rank's first float (0 when unsharded) */
     int gather_forward;   /* shard_gather FORWARD in effect: sharded, a host engine that
                              overlaps (a broadcast needs a core to spare as a bucket does) */
+    int model_waits;      /* the model has called ddpc_ddp_param_wait: only then does a
+                             FORWARD step leave its gather running (one that never waits
+                             reads its parameters, so it gets the step's-end all-gather) */
 
     ddp_param_t *bufs;    /* buffers: state without gradients (bucket, ready unused) */
     int nbufs, bufcap;

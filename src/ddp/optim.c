@@ -555,7 +555,7 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
         o->last_norm = sqrt(ss);
     }
     o->steps++;
-    if (o->sharded && d->gather_forward) {
+    if (o->sharded && d->gather_forward && d->model_waits) {
         ddpc_status_t st = ddp_gather_issue(d); /* waited for by bucket: param_wait */
         if (st != DDPC_OK)
             return st;

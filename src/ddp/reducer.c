@@ -364,6 +364,7 @@ ddpc_status_t ddpc_ddp_param_wait(ddpc_ddp_t d, int index)
         return DDPC_ERR_INVALID;
     if (index < -1 || index >= d->nparams)
         return ddp_err(d, DDPC_ERR_INVALID, "param_wait: parameter %d of %d", index, d->nparams);
+    d->model_waits = 1;
     if (!d->built)
         return DDPC_OK;
     return ddp_gather_wait(d, index < 0 ? -1 : d->params[index].bucket);
