@@ -21,10 +21,10 @@ done
 COMMON="--data $DATA --device cpu --hidden 256,128 --threads 1 --max-steps 20 --batch-size 64
  --ckpt-dir none --log-every 10"
 
-# run NAME OVERLAP INLINE: the trainer with a timeline into $TMP/NAME
+# run NAME OVERLAP: the trainer with a timeline into $TMP/NAME
 run() {
     # shellcheck disable=SC2086
-    DDPC_TIMELINE="$TMP/$1" DDPC_OVERLAP=$2 DDPC_COMM_INLINE=$3 DDPC_BUCKET_MB=0.1 DDPC_FIRST_BUCKET_MB=0.1 \
+    DDPC_TIMELINE="$TMP/$1" DDPC_OVERLAP=$2 DDPC_BUCKET_MB=0.1 DDPC_FIRST_BUCKET_MB=0.1 \
         mpirun_t 2 "$TRAINER" $COMMON >"$TMP/$1.out" 2>&1 || { cat "$TMP/$1.out"; fail "$1: trainer failed"; }
     [ -f "$TMP/$1/timeline-rank0.json" ] && [ -f "$TMP/$1/timeline-rank1.json" ] ||
         { ls -la "$TMP/$1"; fail "$1: a rank's file is missing"; }
@@ -35,11 +35,10 @@ run() {
 
 # facts NAME: what the merged file shows, checked in Python; prints the overlap count
 facts() {
-    "$PY" - "$TMP/$1/timeline.json" "$2" "$3" <<'PYEOF'
+    "$PY" - "$TMP/$1/timeline.json" "$2" <<'PYEOF'
 import json, sys
 doc = json.load(open(sys.argv[1]))
 want_overlap = sys.argv[2] == "1"
-want_inline = sys.argv[3] != "0"
 o = doc["otherData"]
 ranks = [r["rank"] for r in o["ranks"]]
 assert ranks == [0, 1], ranks
@@ -69,17 +68,6 @@ for r in (0, 1):
     comm = [e for e in mine if e["name"] == "allreduce" and e.get("args", {}).get("seq") in seqs
             and names.get((r, e["tid"]), "").startswith("comm progress")]
     assert len(comm) == len(seqs) >= 40, (r, len(comm), len(seqs), "bucket all-reduces")
-    # a blocking call with nothing queued ahead of it (the trainer's stop
-    # vote and evaluation sums, the engine's unready check where its buckets
-    # are done) runs on the caller's thread, unless DDPC_COMM_INLINE=0; a
-    # bucket's never does. How many find the queue empty is timing: printed
-    lone = [e for e in main if e["name"] == "allreduce"]
-    assert not [e for e in lone if e.get("args", {}).get("seq") in seqs], (r, "bucket on main")
-    if want_inline:
-        assert lone, (r, "no lone all-reduce on the caller's thread")
-        print("rank %d: %d all-reduces on the caller's thread" % (r, len(lone)))
-    else:
-        assert not lone, (r, len(lone), "DDPC_COMM_INLINE=0, yet collectives on main")
     inside = lambda e, b: b["ts"] <= e["ts"] and e["ts"] + e["dur"] <= b["ts"] + b["dur"]
     # the engine's decision: with overlap on, buckets are issued during
     # backward (all but the first layer's), with it off all in the wait
@@ -103,10 +91,10 @@ print("ok: both ranks, in order, offsets within %.1f us" % o["offset_bound_us"])
 PYEOF
 }
 
-run on 1 auto
-facts on 1 auto || fail "the timeline with overlap on"
-run off 0 0
-facts off 0 0 || fail "the timeline with overlap off (and DDPC_COMM_INLINE=0)"
+run on 1
+facts on 1 || fail "the timeline with overlap on"
+run off 0
+facts off 0 || fail "the timeline with overlap off"
 
 # a file that breaks the format is refused: a span that starts inside another
 # and ends after it, on one thread

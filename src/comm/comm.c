@@ -205,14 +205,6 @@ int comm_clock_wait(pthread_cond_t *cv, pthread_mutex_t *mu, comm_clock_t *k, do
     return k->counted >= timeout_s;
 }
 
-int comm_clock_expired(comm_clock_t *k, double timeout_s)
-{
-    const double now = ddpc_now(), d = now - k->last;
-    k->last = now;
-    k->counted += d > COMM_STOP_GAP_S ? 0 : d; /* a stop: not counted */
-    return k->counted >= timeout_s;
-}
-
 void comm_deadline(struct timespec *ts, double s)
 {
     clock_gettime(CLOCK_REALTIME, ts);
@@ -759,7 +751,7 @@ static struct ddpc_work *work_new(struct ddpc_comm *c, op_kind_t kind)
 
 static ddpc_status_t submit(ddpc_comm_t c, op_kind_t kind, const void *send, void *recv,
                             size_t count, ddpc_dtype_t dt, ddpc_redop_t op, int root,
-                            int lone, ddpc_work_t *out)
+                            ddpc_work_t *out)
 {
     if (!c || !out)
         return DDPC_ERR_INVALID;
@@ -814,7 +806,6 @@ static ddpc_status_t submit(ddpc_comm_t c, op_kind_t kind, const void *send, voi
     w->root = root;
     w->blocking = c->blocking_next;
     c->blocking_next = 0;
-    w->lone = lone;
     pthread_mutex_lock(&c->mu);
     w->seq = c->seq;
     comm_flight_issue(c, w);
@@ -868,7 +859,7 @@ static ddpc_status_t run_blocking(ddpc_comm_t c, op_kind_t kind, const void *sen
                                   size_t count, ddpc_dtype_t dt, ddpc_redop_t op, int root)
 {
     ddpc_work_t w;
-    ddpc_status_t st = submit(c, kind, send, recv, count, dt, op, root, 1, &w);
+    ddpc_status_t st = submit(c, kind, send, recv, count, dt, op, root, &w);
     return st ? st : ddpc_work_wait(w, -1);
 }
 
@@ -881,7 +872,7 @@ ddpc_status_t ddpc_allreduce(ddpc_comm_t c, const void *send, void *recv, size_t
 ddpc_status_t ddpc_iallreduce(ddpc_comm_t c, const void *send, void *recv, size_t count,
                               ddpc_dtype_t dt, ddpc_redop_t op, ddpc_work_t *work)
 {
-    return submit(c, OP_ALLREDUCE, send, recv, count, dt, op, 0, 0, work);
+    return submit(c, OP_ALLREDUCE, send, recv, count, dt, op, 0, work);
 }
 
 ddpc_status_t ddpc_broadcast(ddpc_comm_t c, void *buf, size_t count, ddpc_dtype_t dt, int root)
@@ -892,7 +883,7 @@ ddpc_status_t ddpc_broadcast(ddpc_comm_t c, void *buf, size_t count, ddpc_dtype_
 ddpc_status_t ddpc_ibroadcast(ddpc_comm_t c, void *buf, size_t count, ddpc_dtype_t dt, int root,
                               ddpc_work_t *work)
 {
-    return submit(c, OP_BCAST, buf, buf, count, dt, DDPC_SUM, root, 0, work);
+    return submit(c, OP_BCAST, buf, buf, count, dt, DDPC_SUM, root, work);
 }
 
 ddpc_status_t ddpc_allgather(ddpc_comm_t c, const void *send, void *recv, size_t count,
@@ -934,7 +925,7 @@ ddpc_status_t ddpc_reduce(ddpc_comm_t c, const void *send, void *recv, size_t co
 ddpc_status_t ddpc_ireduce(ddpc_comm_t c, const void *send, void *recv, size_t count,
                            ddpc_dtype_t dt, ddpc_redop_t op, int root, ddpc_work_t *work)
 {
-    return submit(c, OP_REDUCE, send, recv, count, dt, op, root, 0, work);
+    return submit(c, OP_REDUCE, send, recv, count, dt, op, root, work);
 }
 
 /* ------------------------------------------------------------------ point-to-point */

@@ -44,13 +44,6 @@ struct ddpc_work {
     void *ev_ready;  /* device backends: cudaEvent_t recorded on the caller's stream */
     void *ev_done;   /* nccl: cudaEvent_t recorded on the communication stream */
     void *shm;       /* mpi: the shared window an in-place all-reduce is made in */
-    int lone;        /* a blocking call: its caller waits for it at once */
-    int started;     /* mpi: taken by the progress thread (1) or by its caller (INLINE) */
-    struct comm_clock *inline_clock; /* mpi, run by its caller: the wait's clock, */
-    double inline_timeout;           /* and its timeout (handoff when reached) */
-    int handoff;     /* mpi: the caller's wait timed out inside it; the progress thread
-                        finishes handoff_req */
-    MPI_Request handoff_req;
     char err[DDPC_ERRMSG_LEN];
     char label[96];  /* OP_WATCH: what the caller said it is */
     int np;          /* OP_P2P: transfers in p2p */
@@ -194,14 +187,11 @@ void comm_deadline(struct timespec *ts, double s);
  * comm_clock_wait returns 1 once the counted time reached timeout_s. */
 #define COMM_SLICE_S 0.5
 #define COMM_STOP_GAP_S 2.0
-typedef struct comm_clock {
+typedef struct {
     double last, counted;
 } comm_clock_t;
 void comm_clock_start(comm_clock_t *k);
 int comm_clock_wait(pthread_cond_t *cv, pthread_mutex_t *mu, comm_clock_t *k, double timeout_s);
-/* The same count for a thread that polls (no lock, pauses far shorter than
- * COMM_STOP_GAP_S): 1 once timeout_s is counted. */
-int comm_clock_expired(comm_clock_t *k, double timeout_s);
 
 /* A pool of CUDA events (cudaEvent_t as void *, timing disabled), so that a
  * collective takes one made with its communicator instead of creating one

@@ -51,8 +51,6 @@ typedef struct {
     int staged;
     MPI_Comm node;      /* the ranks again, where they all share one node; else NULL */
     int shm;            /* DDPC_SHM_ALLREDUCE: SHM_AUTO or SHM_OFF */
-    int inline_ok;      /* DDPC_COMM_INLINE on and MPI_THREAD_MULTIPLE: a lone blocking
-                           call may run on its caller's thread (mpi_submit) */
     struct shm_seg *segs; /* shared windows made on node, newest first */
     int nsegs;
 #ifdef DDPC_HAVE_CUDA
@@ -150,11 +148,7 @@ static void progress_pause(struct ddpc_comm *c, mpi_impl_t *m, long *nap, double
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Until req completes. w, where its caller runs it (w->inline_clock set):
- * at that deadline the request is left to the progress thread
- * (w->handoff) and the caller's wait times out as it would have. */
-static int poll_requests(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w,
-                         MPI_Request *req, int nreq)
+static int poll_requests(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *req, int nreq)
 {
     long nap = 0;
     const double spin_until = ddpc_now() + SPIN_FIRST_S;
@@ -166,12 +160,6 @@ static int poll_requests(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w
             return rc;
         if (__atomic_load_n(&m->abandon, __ATOMIC_ACQUIRE))
             return MPI_ERR_PENDING; /* left in flight: see mpi_destroy */
-        if (w && w->inline_clock && nreq == 1 &&
-            comm_clock_expired(w->inline_clock, w->inline_timeout)) {
-            w->handoff_req = *req;
-            w->handoff = 1;
-            return MPI_ERR_PENDING;
-        }
         progress_pause(c, m, &nap, spin_until);
     }
 }
@@ -183,12 +171,11 @@ static int poll_requests(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w
 #define MPI_RUN(call, icall, ...)                                                                  \
     (m->progress == PROGRESS_BLOCKING || w->blocking                                               \
          ? call(__VA_ARGS__)                                                                       \
-         : mpi_finish(c, m, w, icall(__VA_ARGS__, &req), &req))
+         : mpi_finish(c, m, icall(__VA_ARGS__, &req), &req))
 
-static int mpi_finish(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w, int rc,
-                      MPI_Request *req)
+static int mpi_finish(struct ddpc_comm *c, mpi_impl_t *m, int rc, MPI_Request *req)
 {
-    return rc == MPI_SUCCESS ? poll_requests(c, m, w, req, 1) : rc;
+    return rc == MPI_SUCCESS ? poll_requests(c, m, req, 1) : rc;
 }
 
 /* A reduce is always the non-blocking call and its wait, on every rank:
@@ -197,7 +184,7 @@ static int mpi_finish(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w, i
  * outside ddpc), and its MPI_Ireduce does not. */
 #define MPI_RUN_NB(icall, ...)                                                                     \
     (m->progress == PROGRESS_BLOCKING ? mpi_wait_one(icall(__VA_ARGS__, &req), &req)              \
-                                      : mpi_finish(c, m, w, icall(__VA_ARGS__, &req), &req))
+                                      : mpi_finish(c, m, icall(__VA_ARGS__, &req), &req))
 
 static int mpi_wait_one(int rc, MPI_Request *req)
 {
@@ -225,7 +212,7 @@ static int finish_p2p(struct ddpc_comm *c, mpi_impl_t *m, MPI_Request *rq, int n
     MPI_Status sts[DDPC_P2P_BATCH_MAX];
     if (m->progress == PROGRESS_BLOCKING)
         return MPI_Waitall(n, rq, sts);
-    return poll_requests(c, m, NULL, rq, n);
+    return poll_requests(c, m, rq, n);
 }
 
 static int run_p2p(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
@@ -809,62 +796,6 @@ static int run_staged(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
 
 /* ------------------------------------------------------------------ progress thread */
 
-/* w->started: the progress thread has taken it, or its caller runs it */
-#define TAKEN 1
-#define INLINE 2
-
-/* Under the communicator's mutex: w, the queue's head, is done. */
-static void complete_head(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w, int rc)
-{
-    if (rc != MPI_SUCCESS)
-        mpi_fail(w, rc);
-    m->head = w->next;
-    if (!m->head)
-        m->tail = NULL;
-    w->done = 1;
-    if (w->kind != OP_P2P)
-        comm_flight_end(c, w->seq, rc == MPI_SUCCESS ? FR_DONE : FR_FAILED);
-    m->completed++;
-    if (w->kind != OP_P2P)
-        __atomic_store_n(&c->completed, ++m->coll_done, __ATOMIC_RELAXED);
-}
-
-/* A lone blocking call (ddpc_allreduce and the like) with nothing ahead of it
- * runs on its caller's thread, which would only sleep until the progress
- * thread had run it: no hand-off (a wake-up of the progress thread, one of
- * the caller) on a small operation whose MPI time is a few microseconds.
- * Only what one MPI request makes (so that a wait that times out can leave
- * it to the progress thread, see poll_requests) and only MPI's non-blocking
- * form (a blocking call cannot be left). The same MPI call either way, so
- * ranks need not agree on who runs it. Under the mutex, at submit. */
-static int runs_inline(const mpi_impl_t *m, const struct ddpc_work *w)
-{
-    if (!w->lone || !m->inline_ok || m->head || m->staged || w->shm || w->blocking ||
-        m->progress == PROGRESS_BLOCKING)
-        return 0;
-    const size_t bytes = w->count * ddpc_dtype_size(w->dt);
-    switch (w->kind) {
-    case OP_ALLREDUCE:
-    case OP_REDUCE: return bytes <= PIECE_BYTES; /* one piece */
-    case OP_BCAST: return w->count <= CHUNK;
-    case OP_P2P:
-    case OP_WATCH: return 0;
-    default: return 1;
-    }
-}
-
-/* The progress thread's end of a call its caller left at its timeout: the
- * request, then what run_host does after it (AVG's division). */
-static int finish_handoff(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
-{
-    int rc = poll_requests(c, m, NULL, &w->handoff_req, 1);
-    const int divides = w->kind == OP_ALLREDUCE || w->kind == OP_REDUCE_SCATTER ||
-                        (w->kind == OP_REDUCE && c->rank == w->root);
-    if (rc == MPI_SUCCESS && divides && w->op == DDPC_AVG && c->size > 1)
-        comm_divide(w->recv, w->count, w->dt, c->size);
-    return rc;
-}
-
 static void *progress_main(void *arg)
 {
     struct ddpc_comm *c = arg;
@@ -879,29 +810,33 @@ static void *progress_main(void *arg)
     ddpc_tl_name_thread(m->staged ? "comm progress (mpi-staged)" : "comm progress (mpi)");
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        /* a head its caller runs (INLINE) is its caller's to complete */
-        while ((!m->head || m->head->started) && !m->stop)
+        while (!m->head && !m->stop)
             pthread_cond_wait(&m->has_work, &c->mu);
-        if (!m->head || m->head->started || m->abandon)
+        if (!m->head || m->abandon)
             break; /* stop requested and nothing left, or given up */
         struct ddpc_work *w = m->head;
-        w->started = TAKEN;
         pthread_mutex_unlock(&c->mu);
 
         double t0 = ddpc_tl_t0();
-        int rc;
-        if (w->handoff)
-            rc = finish_handoff(c, m, w);
 #ifdef DDPC_HAVE_CUDA
-        else if (m->staged)
-            rc = run_staged(c, m, w);
+        int rc = m->staged ? run_staged(c, m, w) : run_host(c, m, w);
+#else
+        int rc = run_host(c, m, w);
 #endif
-        else
-            rc = run_host(c, m, w);
         ddpc_tl_span_seq(comm_op_names[w->kind], t0, -1, (int64_t)w->seq);
 
         pthread_mutex_lock(&c->mu);
-        complete_head(c, m, w, rc);
+        if (rc != MPI_SUCCESS)
+            mpi_fail(w, rc);
+        m->head = w->next;
+        if (!m->head)
+            m->tail = NULL;
+        w->done = 1;
+        if (w->kind != OP_P2P)
+            comm_flight_end(c, w->seq, rc == MPI_SUCCESS ? FR_DONE : FR_FAILED);
+        m->completed++;
+        if (w->kind != OP_P2P)
+            __atomic_store_n(&c->completed, ++m->coll_done, __ATOMIC_RELAXED);
         /* wake waiters only for what they wait for: ddpc_ddp_wait sleeps on
          * its last operation, and a wake-up per earlier bucket would take the
          * core from this thread on a machine without a spare one */
@@ -937,16 +872,13 @@ static ddpc_status_t mpi_submit(struct ddpc_comm *c, struct ddpc_work *w)
     if (w->kind == OP_ALLREDUCE && w->dt == DDPC_F32 && (w->op == DDPC_SUM || w->op == DDPC_AVG) &&
         w->send == w->recv && w->count && m->segs)
         w->shm = shm_find(m, c->rank, w->recv, w->count * sizeof(float));
-    if (runs_inline(m, w))
-        w->started = INLINE; /* its caller's wait runs it: the thread sleeps on */
     if (m->tail)
         m->tail->next = w;
     else
         m->head = w;
     m->tail = w;
     m->queued++;
-    if (!w->started)
-        pthread_cond_signal(&m->has_work);
+    pthread_cond_signal(&m->has_work);
     return DDPC_OK;
 }
 
@@ -980,36 +912,6 @@ static void waiter_arrives(mpi_impl_t *m)
     pthread_cond_signal(&m->poke);
 }
 
-/* Called and returns with the mutex held: w (the head, claimed at submit)
- * run here. A wait without a timeout, or one that reaches it inside the
- * call, leaves it to the progress thread, and the wait goes on as usual. */
-static void run_inline(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w, comm_clock_t *k,
-                       double timeout_s)
-{
-    if (timeout_s > 0) {
-        w->inline_clock = k;
-        w->inline_timeout = timeout_s;
-        __atomic_add_fetch(&m->waiters, 1, __ATOMIC_RELEASE); /* its polls spin */
-        pthread_mutex_unlock(&c->mu);
-        const double t0 = ddpc_tl_t0();
-        const int rc = run_host(c, m, w);
-        ddpc_tl_span_seq(comm_op_names[w->kind], t0, -1, (int64_t)w->seq);
-        pthread_mutex_lock(&c->mu);
-        __atomic_sub_fetch(&m->waiters, 1, __ATOMIC_RELEASE);
-        w->inline_clock = NULL;
-        if (!w->handoff) {
-            complete_head(c, m, w, rc);
-            if (m->head)
-                pthread_cond_signal(&m->has_work); /* what was queued behind it */
-            if (m->sync_waiters)
-                pthread_cond_broadcast(&m->work_done);
-            return;
-        }
-    }
-    w->started = 0; /* the progress thread's from here */
-    pthread_cond_signal(&m->has_work);
-}
-
 static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
 {
     struct ddpc_comm *c = w->comm;
@@ -1018,8 +920,6 @@ static ddpc_status_t mpi_wait(struct ddpc_work *w, double timeout_s)
     comm_clock_start(&k);
     pthread_mutex_lock(&c->mu);
     w->waited = 1;
-    if (w->started == INLINE && !w->done && !w->handoff) /* claimed at submit */
-        run_inline(c, m, w, &k, timeout_s);
     waiter_arrives(m);
     while (!w->done && !comm_clock_wait(&m->work_done, &c->mu, &k, timeout_s)) {
     }
@@ -1175,13 +1075,8 @@ ddpc_status_t comm_mpi_create(struct ddpc_comm *c, int staged)
     ddpc_status_t st = ddpc_env_choice(rt, "DDPC_PROGRESS", progress_names, &m->progress);
     if (st == DDPC_OK)
         st = ddpc_env_choice(rt, "DDPC_SHM_ALLREDUCE", shm_names, &m->shm);
-    int in = SHM_AUTO; /* DDPC_COMM_INLINE: auto, 0 or 1, DDPC_SHM_ALLREDUCE's names */
-    if (st == DDPC_OK)
-        st = ddpc_env_choice(rt, "DDPC_COMM_INLINE", shm_names, &in);
     if (st != DDPC_OK)
         return st;
-    /* the caller's thread calls MPI beside the progress threads */
-    m->inline_ok = in != SHM_OFF && rt->mpi_thread_level == MPI_THREAD_MULTIPLE;
     int rc;
     if (c->members) { /* collective over these ranks only */
         MPI_Group wg, g;
