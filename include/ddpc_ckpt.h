@@ -132,6 +132,17 @@ DDPC_API ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckp
  * collective; the memory is the handle's. */
 DDPC_API const char *ddpc_ckpt_dir(ddpc_ckpt_t ck);
 
+/* Host memory this handle holds for copies of the training state, in bytes:
+ * an asynchronous save's snapshot, a device engine's pinned shadow, and the
+ * windows of a sharded optimizer's save or load (held during that call
+ * only); *peak (may be NULL) gets the most it held at once since create.
+ * A sharded optimizer's state never passes through a whole copy: a save
+ * streams the slices to rank 0 in windows of at most min(chunk_bytes,
+ * 8 MiB), two windows in all, and a load keeps each rank's part of every
+ * broadcast window of as much (an asynchronous save's snapshot holds it
+ * whole, as it holds everything). Not collective. */
+DDPC_API size_t ddpc_ckpt_host_bytes(ddpc_ckpt_t ck, size_t *peak);
+
 /* Message of the last failure on this handle (prefixed with rank); "" if none. */
 DDPC_API const char *ddpc_ckpt_last_error(ddpc_ckpt_t ck);
 

@@ -731,6 +731,60 @@ static void sharded_checkpoints(int optim, int async, int shard)
     remove_dir(ds);
 }
 
+/* A sharded state (AdamW: two of 2.2 million floats, 8.8 MB each) saved
+ * and loaded through 64 KiB windows: no rank's handle ever holds more than
+ * two windows (rank 0 a window and a write piece; a load two windows), and
+ * the file and the slices are those of the unsharded run. */
+START_TEST(sharded_checkpoint_memory_is_bounded)
+{
+    const size_t chunk = (size_t)64 << 10;
+    char da[256], ds[256];
+    make_dir(da);
+    make_dir(ds);
+    model_t a, s, u, t;
+    build(&a, SAME, DDPC_OPTIM_ADAMW, da, 0, 0);
+    B_shard = DDPC_SHARD_OPTIM;
+    build(&s, SAME, DDPC_OPTIM_ADAMW, ds, 0, chunk);
+    B_shard = DDPC_SHARD_NONE;
+    train_a_little(&a, 5);
+    train_a_little(&s, 5);
+    size_t n, peak = 1;
+    ddpc_ddp_params(a.ddp, &n);
+    const size_t state_bytes = 2 * n * sizeof(float); /* a whole copy, as rank 0 held it */
+    ck_assert_uint_eq(ddpc_ckpt_host_bytes(s.ck, &peak), 0);
+    ck_assert_uint_eq(peak, 0);
+    ddpc_ckpt_meta_t mt = some_meta(900);
+    CK_OK(&s, ddpc_ckpt_save(s.ck, &mt));
+    ck_assert_uint_eq(ddpc_ckpt_host_bytes(s.ck, &peak), 0); /* the window is given back */
+    ck_assert_msg(peak <= 2 * chunk, "rank %d: the save held %zu bytes, more than two %zu-byte "
+                  "windows (the state is %zu bytes)", T_rank, peak, chunk, state_bytes);
+    ck_assert_msg(T_rank != 0 || peak == 2 * chunk, "rank 0 held %zu bytes, not its window and "
+                  "piece", peak);
+    ck_assert_msg(T_rank == 0 || T_size == 1 || peak == 0, "rank %d held %zu bytes", T_rank, peak);
+    destroy(&s);
+    /* the file is the unsharded one: loaded unsharded, bitwise a's state */
+    build(&u, SAME, DDPC_OPTIM_ADAMW, ds, 0, 0);
+    scramble(&u);
+    CK_OK(&u, ddpc_ckpt_load(u.ck, NULL, NULL, NULL, 0));
+    assert_same_state(&a, &u);
+    destroy(&u);
+    /* and loaded sharded through 64 KiB windows: each rank's slice */
+    B_shard = DDPC_SHARD_OPTIM;
+    build(&t, SAME, DDPC_OPTIM_ADAMW, ds, 0, chunk);
+    B_shard = DDPC_SHARD_NONE;
+    scramble(&t);
+    CK_OK(&t, ddpc_ckpt_load(t.ck, NULL, NULL, NULL, 0));
+    assert_slice_of(&a, &t);
+    ck_assert_uint_eq(ddpc_ckpt_host_bytes(t.ck, &peak), 0);
+    ck_assert_msg(peak == 2 * chunk, "rank %d: the load held %zu bytes, expected two %zu-byte "
+                  "windows", T_rank, peak, chunk);
+    destroy(&t);
+    destroy(&a);
+    remove_dir(da);
+    remove_dir(ds);
+}
+END_TEST
+
 START_TEST(sharded_sgd_checkpoints)
 {
     sharded_checkpoints(DDPC_OPTIM_SGD, 0, DDPC_SHARD_OPTIM);
@@ -763,6 +817,7 @@ static Suite *ckpt_suite(void)
     tcase_add_test(core, sharded_sgd_checkpoints);
     tcase_add_test(core, sharded_adamw_checkpoints_async);
     tcase_add_test(core, zero2_sgd_checkpoints);
+    tcase_add_test(core, sharded_checkpoint_memory_is_bounded);
     suite_add_tcase(s, core);
     TCase *bad = tcase_create("bad input");
     tcase_set_timeout(bad, 120);

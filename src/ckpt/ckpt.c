@@ -89,6 +89,7 @@ static ddpc_status_t device_buffers(ddpc_ckpt_t ck)
                         cudaHostAllocDefault), "checkpoint buffers");
     CK_CU(cudaMalloc((void **)&ck->bounce, ck->bounce_numel * sizeof(float)),
           "checkpoint buffers");
+    ck_note_mem(ck);
     return DDPC_OK;
 #else
     return ck_err(ck, DDPC_ERR_UNSUPPORTED, "device engine in a build without CUDA");
@@ -108,7 +109,8 @@ static ddpc_status_t shadow_copy(ddpc_ckpt_t ck, int to_host)
     const int sharded = ck_sharded(ck, NULL, NULL, NULL);
     for (int k = -1; k <= ns; k++) {
         /* arena k (-1: the parameters, ns: the buffers) on the device, and its place in the
-           shadow; a sharded state goes through ck->full (gather_states, ck_states_scatter) */
+           shadow; a sharded state goes through shard.c (gathered into rank 0's shadow, loaded
+           window by window) */
         if (sharded && k >= 0 && k < ns)
             continue;
         size_t n = numel;
@@ -199,7 +201,7 @@ void ddpc_ckpt_destroy(ddpc_ckpt_t ck)
     ck_lock_release(ck);
     free(ck->job.items);
     free(ck->snap);
-    free(ck->full);
+    ck_shard_release(ck);
     free(ck->user);
 #ifdef DDPC_HAVE_CUDA
     if (ck->shadow)
@@ -369,118 +371,15 @@ int ck_sharded(ddpc_ckpt_t ck, size_t *off, size_t *len, size_t *pad)
     return 1;
 }
 
-ddpc_status_t ck_states_full(ddpc_ckpt_t ck)
-{
-    size_t pad = 0;
-    if (ck->full || !ck_sharded(ck, NULL, NULL, &pad))
-        return DDPC_OK;
-    ck->full_numel = (size_t)ddpc_optim_num_states(ck->opt) * pad;
-    if (!(ck->full = calloc(ck->full_numel ? ck->full_numel : 1, sizeof(float))))
-        return ck_err(ck, DDPC_ERR_NOMEM, "cannot allocate %zu bytes for the whole optimizer "
-                      "state (its shards gathered)", ck->full_numel * sizeof(float));
-    return DDPC_OK;
-}
-
-ddpc_status_t ck_states_scatter(ddpc_ckpt_t ck)
-{
-    size_t off = 0, len = 0, pad = 0;
-    if (!ck->full || !ck_sharded(ck, &off, &len, &pad))
-        return DDPC_OK;
-    const int ns = ddpc_optim_num_states(ck->opt);
-    if (ck->device == DDPC_DEVICE_HOST) {
-        for (int k = 0; k < ns; k++)
-            memcpy(ddpc_optim_state(ck->opt, k, NULL), ck->full + (size_t)k * pad + off,
-                   len * sizeof(float));
-        return DDPC_OK;
-    }
-#ifdef DDPC_HAVE_CUDA
-    cudaStream_t s = (cudaStream_t)ddpc_ddp_stream(ck->ddp);
-    for (int k = 0; k < ns; k++)
-        CK_CU(cudaMemcpyAsync(ddpc_optim_state(ck->opt, k, NULL), ck->full + (size_t)k * pad + off,
-                              len * sizeof(float), cudaMemcpyHostToDevice, s),
-              "restoring the optimizer's shard");
-    CK_CU(cudaStreamSynchronize(s), "restoring the optimizer's shard");
-    return DDPC_OK;
-#else
-    return DDPC_ERR_UNSUPPORTED;
-#endif
-}
-
-/* A device engine's slices into rank 0's ck->full through the bounce
- * buffer, m <= bounce / size floats of every rank's slice at a time (device
- * memory is never spent on the whole state): gathered into the bounce by
- * rank, each rank's piece copied to its place r * len + off. */
-static ddpc_status_t gather_states_device(ddpc_ckpt_t ck, size_t len, size_t pad)
-{
-#ifdef DDPC_HAVE_CUDA
-    cudaStream_t s = (cudaStream_t)ddpc_ddp_stream(ck->ddp);
-    const size_t c = ck->bounce_numel / (size_t)ck->size;
-    if (c == 0)
-        return ck_err(ck, DDPC_ERR_INVALID, "gathering the optimizer's shards: the bounce buffer "
-                      "of %zu floats (DDPC_CKPT_CHUNK_MB) holds less than one float per rank "
-                      "(%d ranks)", ck->bounce_numel, ck->size);
-    ddpc_status_t st;
-    for (int k = 0; k < ddpc_optim_num_states(ck->opt); k++) {
-        const float *mine = ddpc_optim_state(ck->opt, k, NULL);
-        for (size_t off = 0; off < len; off += c) {
-            const size_t m = len - off < c ? len - off : c;
-            ddpc_comm_tag_next(ck->comm, "ckpt optimizer shards");
-            if ((st = ddpc_gather(ck->comm, mine + off, ck->rank == 0 ? ck->bounce : NULL, m,
-                                  DDPC_F32, 0)) != DDPC_OK)
-                return ck_err(ck, st, "gathering the optimizer's shards: %s",
-                              ddpc_last_error(ck->rt));
-            for (int r = 0; r < ck->size && ck->rank == 0; r++)
-                CK_CU(cudaMemcpyAsync(ck->full + (size_t)k * pad + (size_t)r * len + off,
-                                      ck->bounce + (size_t)r * m, m * sizeof(float),
-                                      cudaMemcpyDeviceToHost, s), "gathering the optimizer's shards");
-            CK_CU(cudaStreamSynchronize(s), "gathering the optimizer's shards");
-        }
-    }
-    return DDPC_OK;
-#else
-    (void)len, (void)pad;
-    return DDPC_ERR_UNSUPPORTED;
-#endif
-}
-
-/* Collective, a sharded optimizer: every rank's slices of the state into
- * rank 0's ck->full (one gather per state tensor). */
-static ddpc_status_t gather_states(ddpc_ckpt_t ck)
-{
-    size_t len = 0, pad = 0;
-    if (!ck_sharded(ck, NULL, &len, &pad))
-        return DDPC_OK;
-    if (ck->rank == 0 && ck->device != DDPC_DEVICE_HOST)
-        ck_join(ck); /* a device engine's writer reads ck->full itself (no snapshot copy) */
-    ddpc_status_t st = ck->rank == 0 ? ck_states_full(ck) : DDPC_OK;
-    int32_t s = (int32_t)st;
-    ddpc_status_t cst = ddpc_comm_host_bcast(ck->comm, &s, sizeof s, 0);
-    if (cst != DDPC_OK)
-        return ck_err(ck, cst, "gathering the optimizer's shards: %s", ddpc_last_error(ck->rt));
-    if (s != DDPC_OK)
-        return ck->rank == 0 ? st : ck_err(ck, (ddpc_status_t)s, "rank 0 cannot hold the "
-                                           "gathered optimizer state (see its message)");
-    if (ck->device != DDPC_DEVICE_HOST)
-        return gather_states_device(ck, len, pad);
-    for (int k = 0; k < ddpc_optim_num_states(ck->opt); k++) {
-        ddpc_comm_tag_next(ck->comm, "ckpt optimizer shards");
-        if ((st = ddpc_gather(ck->comm, ddpc_optim_state(ck->opt, k, NULL),
-                              ck->rank == 0 ? ck->full + (size_t)k * pad : NULL, len, DDPC_F32,
-                              0)) != DDPC_OK)
-            return ck_err(ck, st, "gathering the optimizer's shards: %s", ddpc_last_error(ck->rt));
-    }
-    return DDPC_OK;
-}
-
 /* Item k: tensor `info` of an arena (its host copy for a device engine). */
 static void set_item(ck_item_t *it, const char *group, const char *sub, const ddpc_param_info_t *p,
-                     float *arena, int run)
+                     float *arena, int run) /* arena NULL: streamed (shard.c) */
 {
     snprintf(it->path, sizeof it->path, "/%s/%s%s%s", group, sub, *sub ? "/" : "", p->name);
     it->ndim = p->ndim;
     memcpy(it->shape, p->shape, sizeof it->shape);
     it->numel = p->numel;
-    it->data = arena + p->offset;
+    it->data = arena ? arena + p->offset : NULL;
     it->run = run;
     it->pos = p->offset;
 }
@@ -502,9 +401,8 @@ ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *npar
         float *arena = s < 0 ? ddpc_ddp_params(ck->ddp, NULL) : ddpc_optim_state(ck->opt, s, &sname);
         if (ck->device != DDPC_DEVICE_HOST) /* its host copy, arena s + 1 of the shadow */
             arena = ck->shadow + (size_t)(s + 1) * numel;
-        size_t pad = 0;
-        if (s >= 0 && ck_sharded(ck, NULL, NULL, &pad)) /* the gathered state */
-            arena = ck->full + (size_t)s * pad;
+        if (s >= 0 && ck->device == DDPC_DEVICE_HOST && ck_sharded(ck, NULL, NULL, NULL))
+            arena = NULL; /* streamed: shard.c */
         for (int i = 0; i < np && ddpc_ddp_param_info(ck->ddp, i, &p) == DDPC_OK; i++)
             set_item(&it[k++], s < 0 ? "model" : "optim", sname, &p, arena, s + 1);
         if (s >= 0)
@@ -571,13 +469,21 @@ static ddpc_status_t snapshot(ddpc_ckpt_t ck, ck_job_t *j)
             return ck_err(ck, DDPC_ERR_NOMEM, "cannot allocate a %zu-byte snapshot for an "
                           "asynchronous save (set DDPC_CKPT_ASYNC=0)", total * sizeof(float));
         ck->snap_numel = total;
+        ck_note_mem(ck);
     }
     if (ck->device != DDPC_DEVICE_HOST && !ck->nuser)
         return DDPC_OK; /* the shadow is the snapshot: the next save joins this one first */
     float *p = ck->snap;
     for (int i = 0; i < j->nitems; i++) {
-        memcpy(p, j->items[i].data, j->items[i].numel * sizeof(float));
-        j->items[i].data = p;
+        ck_item_t *it = &j->items[i];
+        ddpc_status_t st = DDPC_OK;
+        if (it->data)
+            memcpy(p, it->data, it->numel * sizeof(float));
+        else /* a sharded state, gathered in file order */
+            st = ck_shard_read(ck, it->run - 1, it->pos, p, it->numel);
+        if (st != DDPC_OK)
+            return st;
+        it->data = p;
         p += j->items[i].numel;
     }
     return DDPC_OK;
@@ -619,6 +525,7 @@ static ddpc_status_t start_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
     j->nattrs = ck->nattrs;
     j->stall_s = ck->stall_s;
     j->rt = ck->rt;
+    j->src = ck;
     if (!ck->cfg.async) {
         if ((st = ck_write(j)) != DDPC_OK)
             snprintf(ck->err, sizeof ck->err, "%s", j->err);
@@ -629,6 +536,7 @@ static ddpc_status_t start_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
     ddpc_tl_span("checkpoint snapshot", t_snap, (int64_t)j->meta.step);
     if (st != DDPC_OK)
         return st;
+    j->src = NULL; /* the snapshot holds every item */
     if (pthread_create(&ck->thread, NULL, writer_main, j) != 0)
         return ck_err(ck, DDPC_ERR_INTERNAL, "cannot start the checkpoint writer thread");
     ck->inflight = 1;
@@ -681,7 +589,9 @@ ddpc_status_t ddpc_ckpt_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
         ddpc_ddp_param_pending(ck->ddp) ? ddpc_ddp_param_wait(ck->ddp, -1) : DDPC_OK;
     if (st != DDPC_OK)
         return ck_err(ck, st, "save: %s", ddpc_ddp_last_error(ck->ddp));
-    if ((st = gather_states(ck)) != DDPC_OK) /* sharded: the whole state on rank 0 */
+    /* sharded: the slices stream to rank 0 as its writer (or snapshot) reads
+       them, window by window, between begin and end */
+    if ((st = ck_shard_save_begin(ck)) != DDPC_OK)
         return st;
     if (ck->rank == 0) {
         double t0 = ddpc_now();
@@ -691,7 +601,10 @@ ddpc_status_t ddpc_ckpt_save(ddpc_ckpt_t ck, const ddpc_ckpt_meta_t *meta)
             ddpc_log(ck->rt, DDPC_LOG_INFO, "ckpt: snapshot for %s in %.3fs", ck->job.path,
                      ddpc_now() - t0);
     }
-    return agree(ck, st);
+    ddpc_status_t sst = ck_shard_save_end(ck);
+    if (sst != DDPC_OK && ck->rank != 0)
+        return sst; /* the communicator failed: rank 0 hears of it by its own receive */
+    return agree(ck, st != DDPC_OK ? st : sst);
 }
 
 ddpc_status_t ddpc_ckpt_wait(ddpc_ckpt_t ck)

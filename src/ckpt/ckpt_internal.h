@@ -37,7 +37,9 @@ typedef struct {
  * (/optim/<state>/<name>) or a user tensor (/user/<name>); float32, stored
  * with its shape, row-major. data: where save reads and load writes; it is
  * element pos of arena number run (the same numbers on every rank), so
- * items that follow each other in a run are contiguous in memory. */
+ * items that follow each other in a run are contiguous in memory. NULL:
+ * a host engine's sharded optimizer state, read through ck_shard_read at
+ * a save and kept through ck_shard_keep at a load. */
 typedef struct {
     char path[CK_DSET_MAX];
     int ndim;
@@ -68,6 +70,8 @@ typedef struct {
     int nitems, nparams;
     double stall_s;               /* DDPC_CKPT_TEST_STALL: sleep halfway (tests only) */
     ddpc_t rt;                    /* for warnings only */
+    ddpc_ckpt_t src;              /* a sync save: items with data NULL come from
+                                     ck_shard_read (sharded optimizer state) */
     ddpc_status_t st;             /* result */
     char err[DDPC_ERRMSG_LEN];
 } ck_job_t;
@@ -111,13 +115,15 @@ struct ddpc_ckpt {
      * then each optimizer state, arena by arena) is what the file is written
      * from (rank 0; also the async snapshot) and loaded into; data windows of
      * a load travel through a device bounce buffer of the communicator. */
-    /* a sharded engine (DDPC_SHARD=optim): each rank holds its slice of the
-     * optimizer state; the file holds the whole state. full is (states x
-     * size x slice) floats in the parameter arena's layout (padded): rank 0's
-     * lives with the handle (gathered into at each save), the others' only
-     * during a load (ck_states_full) */
-    float *full;
-    size_t full_numel;
+    /* a sharded optimizer (shard.c): rank 0's window of a save (win_len
+     * floats, then the write piece) or every rank's two windows of a load;
+     * held during the save or load only. win_t: the save's last window
+     * loaded, win_st: its status (a failure ends the stream) */
+    float *win;
+    size_t win_cap, win_len;
+    long win_t;
+    ddpc_status_t win_st;
+    size_t mem_peak;              /* ddpc_ckpt_host_bytes */
     int device;
     float *shadow;                /* (1 + states) x numel, pinned */
     size_t shadow_numel;
@@ -131,13 +137,28 @@ struct ddpc_ckpt {
  * states, user tensors); *items is malloc'ed. Same on every rank. */
 ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *nparams);
 /* ckpt.c, sharded optimizer state: 1 if ck's optimizer holds a slice only
- * (*off, *len: its range; *pad: size * len, one state's floats in full);
- * ck_states_full allocates ck->full (zeroed) if not yet there; ck_states_scatter
- * copies each rank's slice from it into the optimizer after a load (a device
- * engine's: to the device, synchronizing with the engine's stream). */
+ * (*off, *len: its range; *pad: size * len, one state's floats in full). */
 int ck_sharded(ddpc_ckpt_t ck, size_t *off, size_t *len, size_t *pad);
-ddpc_status_t ck_states_full(ddpc_ckpt_t ck);
-ddpc_status_t ck_states_scatter(ddpc_ckpt_t ck);
+/* shard.c. A save, collective: begin (a device engine: the whole state
+ * gathered into rank 0's shadow), rank 0's writer reads state s's floats
+ * [pos, pos + n) in file order (ck_shard_read, into dst: ck_shard_piece
+ * holds one write piece), end (rank 0: the windows not read; the others:
+ * their slices' parts, window by window). A load, collective: begin (two
+ * windows of min(chunk, a piece) on every rank, agreed), then every
+ * broadcast window of a staged run (an optimizer state) goes through
+ * ck_shard_stage and ck_shard_keep copies its part in this rank's slice. */
+ddpc_status_t ck_shard_save_begin(ddpc_ckpt_t ck);
+ddpc_status_t ck_shard_read(ddpc_ckpt_t ck, int s, size_t pos, float *dst, size_t n);
+float *ck_shard_piece(ddpc_ckpt_t ck);
+ddpc_status_t ck_shard_save_end(ddpc_ckpt_t ck);
+ddpc_status_t ck_shard_load_begin(ddpc_ckpt_t ck, size_t chunk);
+int ck_shard_staged(ddpc_ckpt_t ck, int run);
+size_t ck_shard_stage_len(ddpc_ckpt_t ck);
+float *ck_shard_stage(ddpc_ckpt_t ck, int which);
+ddpc_status_t ck_shard_keep(ddpc_ckpt_t ck, int s, size_t start, const float *data, size_t n);
+void ck_shard_release(ddpc_ckpt_t ck);
+/* the host bytes the handle holds now, into its peak */
+void ck_note_mem(ddpc_ckpt_t ck);
 /* FNV-1a 64: h (start with CK_FNV_BASIS) extended by n bytes. */
 #define CK_FNV_BASIS 0xcbf29ce484222325ull
 uint64_t ck_fnv(uint64_t h, const void *p, size_t n);

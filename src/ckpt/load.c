@@ -427,10 +427,11 @@ static void next_candidate(ddpc_ckpt_t ck, r0_t *r, const ck_item_t *items, int 
 
 /* ------------------------------------------------------------------ tensors (all ranks) */
 
-/* Rank 0: read piece p of the open dataset into the item's memory, check
- * the CRC after the last piece. */
+/* Rank 0: read piece p of the open dataset into dst (the item's memory, or
+ * a sharded state's window), check the CRC after the last piece. */
 static ddpc_status_t read_piece(ddpc_ckpt_t ck, r0_t *r, hid_t ds, const ck_piece_t *p, int last,
-                                uint32_t *crc, uint32_t want, haddr_t addr, size_t chunk)
+                                uint32_t *crc, uint32_t want, haddr_t addr, size_t chunk,
+                                float *dst)
 {
     char h5[512];
     const ck_item_t *it = p->it;
@@ -438,10 +439,10 @@ static ddpc_status_t read_piece(ddpc_ckpt_t ck, r0_t *r, hid_t ds, const ck_piec
         if (r->fd >= 0 && addr != HADDR_UNDEF) /* the next piece: read ahead while we work */
             posix_fadvise(r->fd, (off_t)(addr + (p->off + p->n) * sizeof(float)),
                           (off_t)(chunk * sizeof(float)), POSIX_FADV_WILLNEED);
-        if (ck_reader_read_window(ds, p, H5T_NATIVE_FLOAT, it->data + p->off) < 0)
+        if (ck_reader_read_window(ds, p, H5T_NATIVE_FLOAT, dst) < 0)
             return ck_err(ck, DDPC_ERR_FORMAT, "cannot read %s from %s: %s", it->path,
                           r->cands[r->next - 1], ck_h5_msg(h5, sizeof h5));
-        *crc = ddpc_crc32(*crc, it->data + p->off, p->n * sizeof(float));
+        *crc = ddpc_crc32(*crc, dst, p->n * sizeof(float));
     }
     if (last && *crc != want)
         return ck_err(ck, DDPC_ERR_FORMAT, "%s in %s is corrupt: its CRC-32 is %08x, the file "
@@ -462,12 +463,15 @@ static ddpc_status_t share_error(ddpc_ckpt_t ck, ddpc_status_t st)
 
 /* Consecutive pieces of one arena, at most chunk floats, broadcast at once
  * (a ctl_t, then the floats): few broadcasts, each large. Rank 0 sends a
- * window asynchronously and reads the next one meanwhile. */
+ * window asynchronously and reads the next one meanwhile. A sharded
+ * optimizer state's window (staged) lands in one of the two stage buffers
+ * (shard.c), at most a stage long; each rank keeps its slice's part. */
 typedef struct {
     float *data;               /* its start in this rank's memory */
     size_t n;                  /* floats */
     int run;                   /* the arena (ck_item_t.run) */
-    size_t end;                /* position in the arena just past it */
+    size_t start, end;         /* position in the arena of its first float, and just past it */
+    int staged, stage;         /* staged: which stage buffer */
     ctl_t ctl, sent;           /* rank 0: status so far; what was sent */
     ddpc_work_t w_ctl, w_data; /* rank 0: broadcasts in flight */
 } window_t;
@@ -510,6 +514,11 @@ static ddpc_status_t flush(ddpc_ckpt_t ck, const r0_t *r, window_t *w)
     }
     if (!st && w->sent.status != DDPC_OK && !(st = share_error(ck, (ddpc_status_t)w->sent.status)))
         return (ddpc_status_t)w->sent.status;
+    if (!st && w->staged && w->n) { /* rank 0: read already; the others: received */
+        ddpc_status_t k = ck_shard_keep(ck, w->run - 1, w->start, w->data, w->n);
+        if (k != DDPC_OK)
+            return k;
+    }
     w->n = 0;
     return st ? ck_err(ck, st, "broadcasting the checkpoint: %s", ddpc_last_error(ck->rt)) : DDPC_OK;
 }
@@ -539,19 +548,28 @@ static ddpc_status_t stream(ddpc_ckpt_t ck, r0_t *r, const ck_item_t *items, int
         }
         ck_piece_t p, nx;
         size_t piece = chunk < CK_PIECE / sizeof(float) ? chunk : CK_PIECE / sizeof(float);
+        if (ck_shard_staged(ck, it->run) && piece > ck_shard_stage_len(ck))
+            piece = ck_shard_stage_len(ck);
         int more = ck_piece_first(&p, it, piece); /* 0: empty; still one (empty) piece */
         for (int last = 0; st == DDPC_OK && !last; p = nx) {
             nx = p;
             last = !more || !ck_piece_next(&nx);
-            if (w.n && (it->run != w.run || it->pos + p.off != w.end || w.n + p.n > chunk) &&
+            if (w.n && (it->run != w.run || it->pos + p.off != w.end || w.n + p.n > chunk ||
+                        (w.staged && w.n + p.n > ck_shard_stage_len(ck))) &&
                 (st = flush(ck, r, &w)) != DDPC_OK)
                 break;
             if (!w.n) {
-                w.data = it->data + p.off;
                 w.run = it->run;
+                w.start = it->pos + p.off;
+                /* two stage buffers: rank 0's previous window may still be in flight */
+                if ((w.staged = ck_shard_staged(ck, it->run)))
+                    w.data = ck_shard_stage(ck, w.stage ^= 1);
+                else
+                    w.data = it->data + p.off;
             }
             if (ck->rank == 0 && w.ctl.status == DDPC_OK)
-                w.ctl.status = read_piece(ck, r, ds, &p, last, &crc, want, addr, chunk);
+                w.ctl.status = read_piece(ck, r, ds, &p, last, &crc, want, addr, chunk,
+                                          w.data + (it->pos + p.off - w.start));
             w.n += p.n;
             w.end = it->pos + p.off + p.n;
         }
@@ -633,10 +651,7 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
         free(h);
         return ck_err(ck, st, "load: %s", ddpc_ddp_last_error(ck->ddp));
     }
-    /* sharded: the whole state arrives in ck->full, each rank keeps its slice */
-    st = h ? ck_states_full(ck) : ck_err(ck, DDPC_ERR_NOMEM, "load");
-    if (st == DDPC_OK)
-        st = ck_items(ck, &items, &nitems, &np);
+    st = h ? ck_items(ck, &items, &nitems, &np) : ck_err(ck, DDPC_ERR_NOMEM, "load");
     if ((st = agree_items(ck, items, nitems, st)) != DDPC_OK) {
         free(items);
         free(h);
@@ -668,13 +683,21 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
             break;
         }
         int retry = 0;
+        /* sharded: each window of the state passes through a stage buffer,
+           each rank keeps its slice's part */
+        if ((st = ck_shard_load_begin(ck, h->chunk_elems)) != DDPC_OK) {
+            if (ck->rank == 0) {
+                H5Fclose(r.f);
+                r.f = -1;
+            }
+            break;
+        }
         st = stream(ck, &r, items, nitems, h->chunk_elems, &retry);
         if (ck->rank == 0) {
             H5Fclose(r.f);
             r.f = -1;
         }
-        if (st == DDPC_OK && (st = ck_shadow_push(ck)) == DDPC_OK &&
-            (st = ck_states_scatter(ck)) == DDPC_OK) { /* device: to the arenas */
+        if (st == DDPC_OK && (st = ck_shadow_push(ck)) == DDPC_OK) { /* device: to the arenas */
             apply(ck, h, meta, loaded, n);
             if (ck->rank == 0)
                 move_aside(ck, &r);
@@ -692,9 +715,6 @@ ddpc_status_t ddpc_ckpt_load(ddpc_ckpt_t ck, const char *path, ddpc_ckpt_meta_t 
     free(r.cands);
     free(items);
     free(h);
-    if (ck->rank != 0) { /* rank 0 keeps its copy for the saves */
-        free(ck->full);
-        ck->full = NULL;
-    }
+    ck_shard_release(ck);
     return st;
 }

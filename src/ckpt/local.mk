@@ -3,7 +3,7 @@
 include_HEADERS += include/ddpc_ckpt.h
 libddpc_la_SOURCES += src/ckpt/ckpt_internal.h src/ckpt/ckpt.c src/ckpt/h5.c \
 	src/ckpt/write.c src/ckpt/load.c src/ckpt/lock.c \
-	src/ckpt/names.c
+	src/ckpt/names.c src/ckpt/shard.c
 # the reading side for untrusted files, shared with ddpc-ckpt (src/tools/ckpt.mk)
 libddpc_la_SOURCES += src/ckpt/reader.h src/ckpt/reader.c
 dist_doc_DATA += doc/checkpoint.md

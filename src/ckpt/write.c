@@ -199,8 +199,11 @@ static int fsync_path(const char *path, int flags)
 
 /* One float32 dataset, written piece by piece with its CRC-32 (zlib's, over
  * the little-endian bytes) as attribute "crc32". fd: start writeback of each
- * piece at once, so the disk works while the CPU computes the next CRC. */
-static int write_item(hid_t f, const ck_item_t *it, int fd)
+ * piece at once, so the disk works while the CPU computes the next CRC. A
+ * streamed item (data NULL: a sharded optimizer state) is read piece by
+ * piece from the other ranks (ck_shard_read); -2: that failed (its message
+ * is j->src's). */
+static int write_item(hid_t f, const ck_item_t *it, int fd, ck_job_t *j)
 {
     hsize_t dims[8];
     for (int k = 0; k < it->ndim; k++)
@@ -215,12 +218,20 @@ static int write_item(hid_t f, const ck_item_t *it, int fd)
         goto out;
     uint32_t crc = 0;
     ck_piece_t p;
-    for (int more = ck_piece_first(&p, it, CK_PIECE / sizeof(float)); more;
-         more = ck_piece_next(&p)) {
-        crc = ddpc_crc32(crc, it->data + p.off, p.n * sizeof(float));
+    const size_t piece = it->data ? CK_PIECE / sizeof(float) : j->src->win_len;
+    for (int more = ck_piece_first(&p, it, piece); more; more = ck_piece_next(&p)) {
+        const float *data = it->data ? it->data + p.off : NULL;
+        if (!it->data) {
+            float *buf = ck_shard_piece(j->src);
+            if (ck_shard_read(j->src, it->run - 1, it->pos + p.off, buf, p.n) != DDPC_OK) {
+                rc = -2;
+                goto out;
+            }
+            data = buf;
+        }
+        crc = ddpc_crc32(crc, data, p.n * sizeof(float));
         hid_t ms = ck_piece_select(&p, sp);
-        herr_t w =
-            ms < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, sp, H5P_DEFAULT, it->data + p.off);
+        herr_t w = ms < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, sp, H5P_DEFAULT, data);
         if (ms >= 0)
             H5Sclose(ms);
         if (w < 0)
@@ -431,11 +442,15 @@ static ddpc_status_t write_h5(ck_job_t *j)
                                          (long)((j->stall_s - (double)(time_t)j->stall_s) * 1e9)},
                       NULL);
         }
-        if (write_item(f, &j->items[i], fd) < 0) {
+        int w = write_item(f, &j->items[i], fd, j);
+        if (w == -2)
+            jerr(j, j->src->win_st, "cannot write %s to %s: %s", j->items[i].path, j->tmp,
+                 ck_body(j->src, j->src->err));
+        else if (w < 0)
             jerr(j, DDPC_ERR_IO, "cannot write %s (%zu floats) to %s: %s", j->items[i].path,
                  j->items[i].numel, j->tmp, ck_h5_msg(h5, sizeof h5));
+        if (w < 0)
             return discard_h5(j, f, fd);
-        }
     }
     if (reserve(j, f, fd) != DDPC_OK)
         return discard_h5(j, f, fd);
