@@ -6,6 +6,10 @@
 #  - srun -N2 -n4 of the communicator, group and DDP tests: pass with 4 ranks, through
 #    --mpi=pmi2 for MPICH (Debian's has no PMIx client) and --mpi=pmix for Open MPI
 #  - srun --mpi=pmix of an MPI program with an MPI that lacks PMIx: one clear error, no hang
+#  - srun -N2 -n4 of the trainer with DDPC_TIMELINE: the merge holds the 4 ranks in
+#    order; every rank's clock offset holds the true one (0: the two nodes share this
+#    machine's clock) within its stated bound; and on the merged clock no rank ends a
+#    bucket's all-reduce before every rank has begun it, to within twice the bound
 . "$(dirname "$0")/lib.sh"
 . "$top_srcdir/tests/slurm/slurm_env.sh"
 testbed_up || exit $?
@@ -40,6 +44,46 @@ srun_t -N2 -n4 --mpi=$PLUGIN "$top_builddir/tests/mpi_groups" >"$TMP/groups" 2>&
     || { cat "$TMP/groups"; fail "srun --mpi=$PLUGIN mpi_groups"; }
 grep -Eq '100%: Checks: [0-9]+, Failures: 0, Errors: 0' "$TMP/groups" || { cat "$TMP/groups"; fail "mpi_groups under srun --mpi=$PLUGIN"; }
 echo "ok: srun -N2 -n4 --mpi=$PLUGIN mpi_groups (splits, grids, transfers across two nodes)"
+
+# the timeline across the two nodes (skipped without Fashion-MNIST, which CI installs)
+DATA=${DDPC_TEST_DATA:-/usr/share/datasets/fashion-mnist}
+if [ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ubyte" ]; then
+    DDPC_TIMELINE="$TMP/tl" DDPC_BUCKET_MB=0.1 DDPC_FIRST_BUCKET_MB=0.1 \
+        srun_t -N2 -n4 --mpi=$PLUGIN "$top_builddir/trainer" --data "$DATA" --device cpu \
+        --hidden 256,128 --threads 1 --max-steps 20 --batch-size 64 --ckpt-dir none \
+        --log-every 10 >"$TMP/tl.out" 2>&1 || { cat "$TMP/tl.out"; fail "srun --mpi=$PLUGIN trainer with DDPC_TIMELINE"; }
+    python3 "$top_srcdir/src/tools/ddpc-timeline" merge "$TMP/tl" || fail "ddpc-timeline merge of the 4 ranks"
+    python3 "$top_srcdir/src/tools/ddpc-timeline" check "$TMP/tl/timeline.json" || fail "the merged timeline breaks the format"
+    python3 - "$TMP/tl/timeline.json" <<'PYEOF' || fail "the merged timeline of two nodes"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+o = doc["otherData"]
+assert [r["rank"] for r in o["ranks"]] == [0, 1, 2, 3] and o["missing_ranks"] == [], o
+bound = o["offset_bound_us"]
+assert bound == max(r["offset_bound_us"] for r in o["ranks"]), o
+for r in o["ranks"]:  # one machine's clock under both slurmd: the true offset is 0
+    assert abs(r["clock_offset_us"]) <= r["offset_bound_us"] + 0.002, ("offset outside its bound", r)
+ev = [e for e in doc["traceEvents"] if e["ph"] != "M"]
+assert [e["pid"] for e in ev] == sorted(e["pid"] for e in ev), "the merge does not order the ranks"
+names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+         if e["ph"] == "M" and e["name"] == "thread_name"}
+spans = {}  # seq -> rank -> (begin, end) of the all-reduces on the progress threads
+for e in ev:
+    if e["name"] == "allreduce" and names.get((e["pid"], e["tid"]), "").startswith("comm progress"):
+        spans.setdefault(e["args"]["seq"], {})[e["pid"]] = (e["ts"], e["ts"] + e["dur"])
+full = [d for d in spans.values() if len(d) == 4]
+assert len(full) >= 40, ("all-reduces seen on every rank", len(full))
+# a rank's all-reduce cannot end before the last rank has begun it
+worst = max(max(b for b, _ in d.values()) - min(e for _, e in d.values()) for d in full)
+assert worst <= 2 * bound + 0.002, ("an all-reduce ends before another rank begins it", worst, bound)
+print("ok: timeline of 4 ranks on 2 nodes: offsets %s us, within their bounds %s us; %d "
+      "all-reduces, at worst the last rank began one %.1f us after the first ended it (allowed: "
+      "%.1f us)" % ([round(r["clock_offset_us"], 1) for r in o["ranks"]],
+                    [round(r["offset_bound_us"], 1) for r in o["ranks"]], len(full), worst, 2 * bound))
+PYEOF
+else
+    echo "skipped: the timeline across two nodes (no Fashion-MNIST in $DATA)"
+fi
 
 if [ "$DDPC_MPI_FLAVOR" = mpich ]; then
     expect_fail_msg 'pmix says rank [0-3] of 4 but MPI_COMM_WORLD says rank 0 of 1: this MPI has no PMIx client.*srun --mpi=pmi2' \

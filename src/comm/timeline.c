@@ -26,17 +26,24 @@ static struct {
     double base;          /* rank 0's clock at the start: ts 0 */
 } tl;
 
-/* Rank r's clock minus rank 0's, as NTP does: rank 0 sends at a (its
- * clock), r reads b (its clock) on arrival and answers in the allgather that
- * reaches rank 0 at c, so the offset is within (c - a) / 2 of b - (a + c) / 2.
- * The round with the shortest trip wins. Collective. */
+/* Rank r's clock minus rank 0's, theta: rank 0 sends at a (its clock), r
+ * reads b (its clock) on arrival and answers in the allgather that reaches
+ * rank 0 at c. Then a <= b - theta <= c: each round says theta lies in
+ * [b - c, b - a], and so does the intersection of every round's interval
+ * (the quickest way out and the quickest way back, which need not be the
+ * same round's: on a loaded machine that is much tighter than the best
+ * single round). The estimate is its middle, the bound its half width.
+ * Collective. */
 static ddpc_status_t estimate_offsets(ddpc_t rt, double *off, double *bound, double *base)
 {
     int n = rt->world.size, me = rt->world.rank;
+    /* rank 0: lo[r] in o[r], hi[r] in o[n + r], then the offsets and bounds there */
     double *all = calloc((size_t)n, sizeof *all), *o = calloc((size_t)(2 * n + 1), sizeof *o);
     ddpc_status_t st = all && o ? DDPC_OK : DDPC_ERR_NOMEM;
-    for (int r = 0; r < n && o; r++)
+    for (int r = 0; r < n && o; r++) {
+        o[r] = -1e30;
         o[n + r] = 1e30;
+    }
     for (int k = 0; k < TL_ROUNDS && st == DDPC_OK; k++) {
         double a = ddpc_now(), b;
         if ((st = ddpc_kvs_bcast(rt, &a, sizeof a, 0)) != DDPC_OK)
@@ -47,13 +54,17 @@ static ddpc_status_t estimate_offsets(ddpc_t rt, double *off, double *bound, dou
         double c = ddpc_now();
         if (k == 0)
             o[2 * n] = a;
-        for (int r = 0; me == 0 && r < n; r++)
-            if (r == 0) {
-                o[n] = 0; /* rank 0 against itself */
-            } else if ((c - a) / 2 < o[n + r]) {
-                o[r] = all[r] - (a + c) / 2;
-                o[n + r] = (c - a) / 2;
-            }
+        for (int r = 1; me == 0 && r < n; r++) {
+            if (all[r] - c > o[r])
+                o[r] = all[r] - c;
+            if (all[r] - a < o[n + r])
+                o[n + r] = all[r] - a;
+        }
+    }
+    for (int r = 0; st == DDPC_OK && me == 0 && r < n; r++) {
+        const double lo = r ? o[r] : 0, hi = r ? o[n + r] : 0;
+        o[r] = (lo + hi) / 2;
+        o[n + r] = (hi - lo) / 2; /* never negative: every interval holds theta */
     }
     if (st == DDPC_OK)
         st = ddpc_kvs_bcast(rt, o, (size_t)(2 * n + 1) * sizeof *o, 0);
