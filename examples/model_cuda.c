@@ -807,17 +807,39 @@ static int bn_backward(model_t *m, int l, float *d, int B)
 
 static void cuda_set_train(model_t *m, int train) { m->train = train; }
 
+/* The forward's first use of layer l's parameters (layer -1: all of this
+ * stage's, as the half copy's cast reads them): a sharded step's gather of
+ * their buckets waited for, on this stream (DDPC_SHARD_GATHER=forward). */
+static int use_params(model_t *m, int l)
+{
+    if (!m->where.param_use)
+        return 0;
+    const model_spec_t *sp = &m->spec;
+    const int p0 = model_param_index(sp, m->first, MODEL_P_WEIGHT);
+    for (int j = l < 0 ? m->first : l; j < (l < 0 ? m->end : l + 1); j++)
+        for (int q = MODEL_P_WEIGHT; q <= MODEL_P_BN_BIAS; q++) {
+            const int pi = model_param_index(sp, j, q);
+            if (pi >= 0 && m->where.param_use(m->where.param_use_ctx, pi - p0))
+                return fail(m, "layer %d: waiting for parameter %d's gather failed", j, pi - p0);
+        }
+    return 0;
+}
+
 static int cuda_forward(model_t *m)
 {
     if (!m->have_slot)
         return fail(m, "forward before any upload");
     const int k = m->slot, B = m->nb[k];
+    if (m->half && use_params(m, -1))
+        return -1;
     if (m->half && (launch_cast(m, m->params, m->half, m->nparams) ||
                     (m->first == 0 && launch_cast(m, m->dx[k], m->xh, (size_t)B * m->spec.inputs))))
         return -1;
     const void *a = stage_input(m, m->first, k);
     for (int l = m->first; l < m->end; l++) {
         const int last = l == m->nlayers - 1, bn = model_layer_bn(&m->spec, l);
+        if (!m->half && use_params(m, l))
+            return -1;
         gemm_t g = fwd_gemm(m, l, a, bn ? m->fuse & ~FUSE_FWD : m->fuse);
         g.N = B;
         int fused;

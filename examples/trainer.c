@@ -379,6 +379,13 @@ static int graph_step(trainer_t *t, int n)
         return 0;
     int slot = model_cuda_upload_slot(t->model);
     char err[512];
+    /* an eager step's gather still in flight (sharded, gathered in the
+       forward): the stream waits for it here, outside the graph, whose
+       forward does not wait (a capture cannot wait for work from outside it,
+       and a launch runs no host code); a step inside the graph gathers at
+       its end */
+    if (ddpc_ddp_param_wait(t->ddp, -1) != DDPC_OK)
+        tr_fatal(t, "cuda graph", ddpc_ddp_last_error(t->ddp));
     if (!t->graph_exec[slot]) {
         if (model_cuda_capture_begin(t->stream, err, sizeof err)) {
             graph_off(t, err);

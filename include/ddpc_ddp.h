@@ -73,14 +73,19 @@ typedef struct {
 typedef enum { DDPC_SHARD_NONE = 0, DDPC_SHARD_OPTIM = 1, DDPC_SHARD_GRADS = 2 } ddpc_shard_t;
 
 /* When a sharded step's updated slices reach every rank: STEP, one
- * all-gather at the end of ddpc_optim_step; FORWARD (host engines that
- * overlap, more than one rank), one broadcast per piece of each bucket
- * (root: the slice's owner), issued at the step's end in registration order
- * and left running on the progress thread, so that they overlap the next
+ * all-gather at the end of ddpc_optim_step; FORWARD (more than one rank;
+ * device engines, and host engines that overlap), one broadcast per piece
+ * of each bucket (root: the slice's owner), issued at the step's end in
+ * registration order and left running (host: on the progress thread;
+ * device: on the communicator's stream), so that they overlap the next
  * forward: the program calls ddpc_ddp_param_wait(p) before its first use of
- * parameter p. Where the engine does not overlap (overlap 0, or AUTO with
- * no core to spare) and on device engines (stream-ordered at the step's
- * end) FORWARD gathers as STEP and param_wait returns at once. */
+ * parameter p (device: the engine's stream then waits for p's bucket; the
+ * host does not block). Where a host engine does not overlap (overlap 0, or
+ * AUTO with no core to spare) FORWARD gathers as STEP and param_wait
+ * returns at once. A device step captured into a CUDA graph gathers as
+ * STEP (a capture cannot wait for work outside it): before capturing or
+ * launching a graph of a step, call ddpc_ddp_param_wait(ddp, -1), since a
+ * launch runs none of the forward's waits. */
 typedef enum { DDPC_GATHER_STEP = 0, DDPC_GATHER_FORWARD = 1 } ddpc_shard_gather_t;
 
 #define DDPC_OVERLAP_AUTO (-1)
@@ -192,7 +197,8 @@ DDPC_API ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t ddp);
 /* Sharded with shard_gather FORWARD: wait until parameter index (its
  * bucket) holds every rank's update of the last step; index -1: every
  * parameter. Returns at once where nothing is in flight (unsharded, STEP,
- * device engines, or already waited for). Not collective. Every ddpc call
+ * or already waited for); on a device engine it returns without blocking
+ * the host once the engine's stream waits for the bucket. Not collective. Every ddpc call
  * that reads or overwrites the whole parameter arena waits first
  * (ddpc_ddp_wait, ddpc_optim_step, checkpoint save and load,
  * broadcast_params, check_params, destroy); a program that reads a

@@ -27,6 +27,10 @@
  *    all-gathered sums of the slices) within 1e-12 of the unsharded one
  *    with optim, 1e-6 with grads;
  *    the checkpoint round trip as above, every rank's slice bitwise;
+ *  - DDPC_SHARD_GATHER=forward on device arenas: after each step every
+ *    bucket's broadcasts are in flight, none once the "forward" has waited
+ *    for each parameter (ddpc_ddp_param_wait: the engine's stream waits),
+ *    and the parameters are bitwise those of the step's-end gather;
  *  - ddpc_batchnorm_stats on device memory equals its host path.
  * Without a usable CUDA device it is skipped (exit 77 on every rank).
  * GPU_TEST_ON_HOST=1 runs the same on host memory (backend mpi, the CPU
@@ -132,18 +136,37 @@ typedef struct {
     double tol;            /* against the reference (float32 gradients, always) */
     int ckpt;              /* checkpoint round trip after training */
     ddpc_shard_t shard;    /* DDPC_SHARD_NONE runs first: the sharded runs' yardstick */
+    int forward;           /* DDPC_SHARD_GATHER=forward: the updated slices broadcast by
+                              bucket, each waited for (ddpc_ddp_param_wait) before its use */
 } run_t;
 
 static const run_t runs[] = {
-    {"sgd", DDPC_OPTIM_SGD, DDPC_F32, 0, 1e-5, 1},
-    {"adamw", DDPC_OPTIM_ADAMW, DDPC_F32, 0, 1e-5, 1},
-    {"sgd, bf16 compression", DDPC_OPTIM_SGD, DDPC_BF16, 0, 1e-2, 0},
-    {"sgd, find_unused with w.1 unused", DDPC_OPTIM_SGD, DDPC_F32, 1, 1e-5, 0},
-    {"sgd, DDPC_SHARD=optim", DDPC_OPTIM_SGD, DDPC_F32, 0, 1e-5, 1, DDPC_SHARD_OPTIM},
-    {"adamw, DDPC_SHARD=optim", DDPC_OPTIM_ADAMW, DDPC_F32, 0, 1e-5, 1, DDPC_SHARD_OPTIM},
-    {"adamw, DDPC_SHARD=grads", DDPC_OPTIM_ADAMW, DDPC_F32, 0, 1e-5, 1, DDPC_SHARD_GRADS},
-    {"sgd, DDPC_SHARD=grads", DDPC_OPTIM_SGD, DDPC_F32, 0, 1e-5, 0, DDPC_SHARD_GRADS},
+    {"sgd", DDPC_OPTIM_SGD, DDPC_F32, 0, 1e-5, 1, DDPC_SHARD_NONE, 0},
+    {"adamw", DDPC_OPTIM_ADAMW, DDPC_F32, 0, 1e-5, 1, DDPC_SHARD_NONE, 0},
+    {"sgd, bf16 compression", DDPC_OPTIM_SGD, DDPC_BF16, 0, 1e-2, 0, DDPC_SHARD_NONE, 0},
+    {"sgd, find_unused with w.1 unused", DDPC_OPTIM_SGD, DDPC_F32, 1, 1e-5, 0, DDPC_SHARD_NONE, 0},
+    {"sgd, DDPC_SHARD=optim", DDPC_OPTIM_SGD, DDPC_F32, 0, 1e-5, 1, DDPC_SHARD_OPTIM, 0},
+    {"adamw, DDPC_SHARD=optim", DDPC_OPTIM_ADAMW, DDPC_F32, 0, 1e-5, 1, DDPC_SHARD_OPTIM, 0},
+    {"adamw, DDPC_SHARD=grads", DDPC_OPTIM_ADAMW, DDPC_F32, 0, 1e-5, 1, DDPC_SHARD_GRADS, 0},
+    {"sgd, DDPC_SHARD=grads", DDPC_OPTIM_SGD, DDPC_F32, 0, 1e-5, 0, DDPC_SHARD_GRADS, 0},
+    {"adamw, DDPC_SHARD=optim, gathered in the forward", DDPC_OPTIM_ADAMW, DDPC_F32, 0, 1e-5, 1,
+     DDPC_SHARD_OPTIM, 1},
+    {"sgd, DDPC_SHARD=grads, gathered in the forward", DDPC_OPTIM_SGD, DDPC_F32, 0, 1e-5, 0,
+     DDPC_SHARD_GRADS, 1},
 };
+
+/* The forward's reads of the parameters (a download, in parameter order):
+ * each parameter's bucket waited for first, on the engine's stream. */
+static void use_params(ddpc_ddp_t d, const run_t *run, float *hp, const float *dp, size_t n)
+{
+    for (int i = 0; run->forward && i < ddpc_ddp_num_params(d); i++)
+        if (ddpc_ddp_param_wait(d, i) != DDPC_OK)
+            FAILF("param_wait(%d): %s", i, ddpc_ddp_last_error(d));
+    if (run->forward && ddpc_ddp_param_pending(d))
+        FAILF("%d buckets' gathers pending after every parameter's wait",
+              ddpc_ddp_param_pending(d));
+    download(hp, dp, n * 4);
+}
 
 /* The unsharded runs' final parameters and gradient norm, by optimizer type
  * (this backend's), for the sharded runs. */
@@ -252,6 +275,9 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
     dc.compress = run->compress;
     dc.find_unused = run->unused;
     dc.shard = run->shard;
+    dc.shard_gather = run->forward ? DDPC_GATHER_FORWARD : DDPC_GATHER_STEP;
+    if (on_host && run->forward) /* a host engine gathers in the forward where it overlaps */
+        dc.overlap = 1;
     dc.stream = strm;
     ddpc_ddp_t d = NULL;
     OK_D(d, ddpc_ddp_create(c, &dc, &d));
@@ -322,7 +348,7 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
 
     for (int t = 0; t < STEPS; t++) {
         char what[96];
-        download(hp, dp, n * 4);
+        use_params(d, run, hp, dp, n);
         memset(hg, 0, n * 4);
         grad_linear(hp, hg, t, rank * B, B, 1.0f);
         for (size_t i = 0; i < nbuf; i++) /* this rank's running statistics */
@@ -357,7 +383,13 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
                 break;
             }
         OK_D(d, ddpc_optim_step(opt, NULL));
-        download(hp, dp, n * 4);
+        /* gathered in the forward: every bucket's broadcasts in flight (from
+           the first step on: the model waited before it), none otherwise */
+        const int pending = ddpc_ddp_param_pending(d);
+        if (run->forward && size > 1 ? pending != ddpc_ddp_num_buckets(d) : pending != 0)
+            FAILF("step %d: %d buckets' gathers pending, expected %d", t, pending,
+                  run->forward && size > 1 ? ddpc_ddp_num_buckets(d) : 0);
+        use_params(d, run, hp, dp, n);
         snprintf(what, sizeof what, "parameters after step %d", t);
         EXPECT_SAME_ON_ALL_RANKS(what, hp, n * 4);
 

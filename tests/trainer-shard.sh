@@ -18,10 +18,13 @@
 # and, where the trainer has a CUDA device (a GPU, or the device emulation:
 # configure --with-cuda=emulate), the same on --device cuda (the sharded
 # step on device arenas: the slices' norms all-gathered, the updated slices
-# all-gathered, the checkpoint gathered through the bounce buffer), plus
+# broadcast by bucket and waited for on the stream by the forward's layers,
+# or all-gathered at the step's end with DDPC_SHARD_GATHER=step, the
+# checkpoint gathered through the bounce buffer), plus
 # --clip 0.5 sharded against unsharded (the norm's double sum is regrouped
 # by slice: equal within rounding) and --cuda-graph on where graphs are
-# captured (nccl: the shard all-gathers captured with the step).
+# captured (nccl: the shard all-gathers captured with the step; the eager
+# warm-up steps' gathers in the forward waited for before the capture).
 . "$(dirname "$0")/lib.sh"
 TRAINER="$top_builddir/trainer"
 need_fmnist
@@ -122,7 +125,14 @@ run cnone none 60 none
 cref=$(final "$TMP/cnone.out" params_crc32)
 [ -n "$cref" ] || { cat "$TMP/cnone.out"; fail "no final line in the unsharded CUDA run"; }
 sharded_equal c "--device cuda, " "$cref"
-echo "ok ($kind): DDPC_SHARD=optim and grads at 2 ranks end with the unsharded params_crc32=$cref"
+# a device engine takes the trainer's DDPC_SHARD_GATHER=forward without a
+# core to spare (stream-ordered: the model's layers wait on the stream)
+grep -q "gathered by bucket in the forward" "$TMP/coptim.out" ||
+    { cat "$TMP/coptim.out"; fail "--device cuda: the sharded engine does not gather in the forward"; }
+DDPC_SHARD_GATHER=step run cstep optim 60 none
+grep -q "gathered at the step's end" "$TMP/cstep.out" && [ "$(final "$TMP/cstep.out" params_crc32)" = "$cref" ] ||
+    { cat "$TMP/cstep.out"; fail "--device cuda, DDPC_SHARD_GATHER=step: not the unsharded run"; }
+echo "ok ($kind): DDPC_SHARD=optim and grads at 2 ranks (gathered in the forward, and optim at the step's end) end with the unsharded params_crc32=$cref"
 resumes_across c "--device cuda: " "$cref"
 # clipping on every step (0.5 is below this MLP's gradient norms): the
 # sharded norm regroups the double sum by slice, so equal within rounding

@@ -546,8 +546,10 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
         for (int b = 0; b < d->nbuckets; b++)
             if (!(d->buckets[b].rs_work = calloc((size_t)d->size, sizeof(ddpc_work_t))))
                 return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the reduce handles");
-    d->gather_forward = d->cfg.shard != DDPC_SHARD_NONE && d->size > 1 && !dev &&
-                        d->cfg.shard_gather == DDPC_GATHER_FORWARD && d->cfg.overlap == 1;
+    /* a device engine's broadcasts are stream-ordered (the compute stream waits
+       for a bucket's at its param_wait): no core is needed to spare */
+    d->gather_forward = d->cfg.shard != DDPC_SHARD_NONE && d->size > 1 &&
+                        d->cfg.shard_gather == DDPC_GATHER_FORWARD && (dev || d->cfg.overlap == 1);
     if (d->gather_forward)
         for (int b = 0; b < d->nbuckets; b++)
             if (!(d->buckets[b].ag_work = calloc((size_t)d->size, sizeof(ddpc_work_t))))

@@ -60,8 +60,9 @@ struct ddpc_ddp {
      * the padding zero), so that an all-gather of equal counts runs in place */
     size_t shard_len;     /* floats per rank (numel when unsharded) */
     size_t shard_off;     /* this rank's first float (0 when unsharded) */
-    int gather_forward;   /* shard_gather FORWARD in effect: sharded, a host engine that
-                             overlaps (a broadcast needs a core to spare as a bucket does) */
+    int gather_forward;   /* shard_gather FORWARD in effect: sharded, more than one rank, a
+                             device engine or a host engine that overlaps (a broadcast on
+                             the host needs a core to spare, as a bucket does) */
     int model_waits;      /* the model has called ddpc_ddp_param_wait: only then does a
                              FORWARD step leave its gather running (one that never waits
                              reads its parameters, so it gets the step's-end all-gather) */

@@ -420,8 +420,12 @@ static size_t slice_numel(const ddpc_optim_t o)
  * the slice's sum of squares into sums[rank], the sums all-gathered (every
  * rank then adds the same N doubles in the same order: one norm, one skip
  * decision everywhere), the decisions and the slice's update, then the
- * updated slices all-gathered in place. A skipped step (overflow) updates
- * nothing and gathers the unchanged parameters. */
+ * updated slices all-gathered in place, or (FORWARD, a model that waits,
+ * not inside a graph capture: a broadcast issued there would be waited for
+ * by the next step's forward, across captures) broadcast by bucket, each
+ * waited for on the compute stream by the forward's ddpc_ddp_param_wait. A
+ * skipped step (overflow) updates nothing and gathers the unchanged
+ * parameters. */
 static ddpc_status_t device_sharded_step(ddpc_optim_t o)
 {
     ddpc_ddp_t d = o->ddp;
@@ -442,6 +446,8 @@ static ddpc_status_t device_sharded_step(ddpc_optim_t o)
                                                      o->sc, o->partials, o->sums,
                                                      (unsigned)d->size, o->hyper, s),
                             "the optimizer step (the slice's update)");
+    if (st == DDPC_OK && d->gather_forward && d->model_waits && !ddp_capturing(d))
+        return ddp_gather_issue(d);
     if (st == DDPC_OK && d->size > 1) {
         ddpc_comm_tag_next(d->comm, "ddp shard all-gather");
         if ((st = ddpc_allgather(d->comm, d->param_arena + off, d->param_arena, o->state_len,
