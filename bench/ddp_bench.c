@@ -472,6 +472,9 @@ static void ov_make(ovrun_t *r, const mlp_t *m, int overlap, int nbmode, double 
     memset(r, 0, sizeof *r);
     ddpc_ddp_config_t cfg = DDPC_DDP_CONFIG_INIT; /* PyTorch's buckets: 1 MiB, then 25 MiB */
     cfg.overlap = overlap;
+    /* the backward overwrites its gradients (beta = 0, no zero_grad): averaged
+       in the all-reduce, since a folded sum left by a step refuses that */
+    cfg.fold_average = 0;
     if (bucket_mib > 0)
         cfg.bucket_bytes = (size_t)(bucket_mib * 1048576.0);
     CK(ddpc_ddp_create(ddpc_comm_world(g_rt), &cfg, &r->ddp));

@@ -218,6 +218,10 @@ END {
                 sz[i] / r / 1e3 * bf, sz[i] / e / 1e3 * bf, med(q), lo(q), hi(q),
                 med(vals["ar" SUBSEP k SUBSEP "divcost"]), med(vals["ar" SUBSEP k SUBSEP "handoff"]), med(vals["ar" SUBSEP k SUBSEP "book"])
             if (np == 2) { rmin = (rmin == "" || med(q) < rmin) ? med(q) : rmin; rall = rall " " med(q) }
+            if (np == 2 && sz[i] >= 1048576) { # from 1 MiB: the range of the run medians
+                rlo = (rlo == "" || lo(q) + 0 < rlo + 0) ? lo(q) : rlo; rhi = (rhi == "" || hi(q) + 0 > rhi + 0) ? hi(q) : rhi
+                rmin1 = (rmin1 == "" || med(q) + 0 < rmin1 + 0) ? med(q) : rmin1
+            }
         }
     }
     print "  busbw in GB/s = bytes/time * 2(n-1)/n; rawdiv = (raw + /N pass)/raw; thr_sum = ddpc_allreduce SUM through"
@@ -264,6 +268,8 @@ END {
     print "  nbtest: the same plus MPI_Testall after each layer; comm: the reduction alone; other_cpu_ms: CPU time"
     print "  of the process minus its main thread per step (the progress thread polling in MPI)"
     printf "\nallreduce_ratio_min=%.3f allreduce_ratio_median=%.3f mt_cost_median=%.3f", rmin, med(rall), med(mt)
+    if (rmin1 != "")
+        printf " allreduce_ratio_min_from_1mib=%.3f allreduce_ratio_range_from_1mib=%.3f-%.3f", rmin1, rlo, rhi
     printf " overlap_speedup_local=%.3f hidden_share_local=%.3f thread_vs_nonblocking_local=%.3f",
         med(vals["ovr" SUBSEP "local" SUBSEP "speedup"]), med(vals["ovr" SUBSEP "local" SUBSEP "hidden"]), med(vals["ovr" SUBSEP "local" SUBSEP "tvn"])
     if (("ovr" SUBSEP "localoff" SUBSEP "speedup") in vals)

@@ -364,6 +364,7 @@ def main():
         say("DDPC_SHARD (bench/shard_bench.py, the table in shard_bench.txt): samples/s over "
             "unsharded, RSS saved and optimizer state per rank: " + " ".join(
                 f"{k}={v}" for k, v in sb.items()))
+    targets(say, summary, dd)
     if a.wall_s is not None:
         say(f"(the whole bench took {a.wall_s / 60:.1f} min; raw runs in {out}/runs, "
             f"json {out}/bench.json)")
@@ -379,6 +380,38 @@ def main():
         json.dump(result, f, indent=1)
     plots(out, summary, runs, check, impls)
     return 1 if bad else 0
+
+
+def targets(say, summary, dd):
+    """The CPU engine's targets (issue 24), each a ratio measured in this run with its
+    spread, and whether the median meets it. Printed, never judged: the exit status
+    does not depend on them."""
+    rows = []
+    mlp = summary.get("mlp.np2", {})
+    tr = mlp.get("impls", {}).get("trainer", {})
+    if tr.get("of_bound") and mlp.get("bound_samples_per_s"):
+        b = mlp["bound_samples_per_s"]
+        rows.append(("MLP %s at 2 ranks, samples/s of the SGEMM bound" % mlp["dims"],
+                     tr["of_bound"], "%.3f..%.3f of the runs" % (tr["min"] / b, tr["max"] / b),
+                     0.85))
+    lin = summary.get("linear.np2", {})
+    if lin.get("trainer_vs_torch"):
+        pr = lin.get("pair_ratios") or []
+        rows.append(("linear model at 2 ranks, samples/s over PyTorch DDP (gloo)",
+                     lin["trainer_vs_torch"],
+                     "pairs %.2f..%.2f" % (min(pr), max(pr)) if pr else "one pair", 15.0))
+    if dd.get("allreduce_ratio_min_from_1mib"):
+        rows.append(("the engine's all-reduce over raw MPI_Allreduce, 2 ranks, the worst size "
+                     "from 1 MiB (shared-memory path on: DDPC_SHM_ALLREDUCE=auto)",
+                     float(dd["allreduce_ratio_min_from_1mib"]),
+                     "runs %s over those sizes" % dd.get("allreduce_ratio_range_from_1mib", "?"),
+                     1.2))
+    if not rows:
+        return
+    say("")
+    say("targets of the CPU engine (issue 24): median of this run (spread); target; met?")
+    for what, v, spread, want in rows:
+        say(f"- {what}: {v:.3f} ({spread}); target >= {want:g}: {'met' if v >= want else 'not met'}")
 
 
 def report_train(a, say, m, tb, torch_info, torch2_info, loads, idles, span, gemm, gemms, fps,

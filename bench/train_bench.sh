@@ -29,7 +29,10 @@
 #          training RSS per rank and the optimizer state per rank
 #          (SH_REPEATS, SH_STEPS)
 # then bench/plot.py: a markdown table on stdout, BENCH_OUT/bench.json (all
-# raw runs and the summary) and PNG plots. Timings never decide the exit
+# raw runs and the summary) and PNG plots, ending with the CPU engine's
+# targets (issue 24: the MLP's share of the SGEMM bound, the linear model
+# over PyTorch, the engine's all-reduce over raw MPI from 1 MiB), each with
+# its spread and whether its median meets it. Timings never decide the exit
 # status; a run that fails does (exit 1), and so does a failed same-job check.
 #
 # Knobs (environment):
