@@ -61,16 +61,6 @@ static ddpc_status_t read_env(ddpc_ckpt_t ck)
 
 /* ------------------------------------------------------------------ device engines */
 
-#ifdef DDPC_HAVE_CUDA
-#define CK_CU(call, what)                                                                      \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess)                                                                 \
-            return ck_err(ck, DDPC_ERR_CUDA, "%s on GPU %d: %s failed: %s", what, ck->device,   \
-                          #call, cudaGetErrorString(e_));                                      \
-    } while (0)
-#endif
-
 /* The shadow and the bounce buffer, allocated with the handle (never in a
  * step: NCCL kernels may be spinning then). */
 static ddpc_status_t device_buffers(ddpc_ckpt_t ck)

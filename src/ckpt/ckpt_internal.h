@@ -133,6 +133,17 @@ struct ddpc_ckpt {
 
 #define ck_err(ck, st, ...) DDPC_HANDLE_ERR(ck, "ckpt", st, __VA_ARGS__)
 
+/* A CUDA call of handle ck (in a function returning ddpc_status_t, where
+ * <cuda_runtime.h> is included): on failure its text, the GPU and CUDA's
+ * message. */
+#define CK_CU(call, what)                                                                      \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess)                                                                 \
+            return ck_err(ck, DDPC_ERR_CUDA, "%s on GPU %d: %s failed: %s", what, ck->device,   \
+                          #call, cudaGetErrorString(e_));                                      \
+    } while (0)
+
 /* ckpt.c: the tensors of a checkpoint, in file order (parameters, optimizer
  * states, user tensors); *items is malloc'ed. Same on every rank. */
 ddpc_status_t ck_items(ddpc_ckpt_t ck, ck_item_t **items, int *nitems, int *nparams);

@@ -15,13 +15,6 @@
 
 #ifdef DDPC_HAVE_CUDA
 #include <cuda_runtime.h>
-#define SH_CU(call, what)                                                                      \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess)                                                                 \
-            return ck_err(ck, DDPC_ERR_CUDA, "%s on GPU %d: %s failed: %s", what, ck->device,   \
-                          #call, cudaGetErrorString(e_));                                      \
-    } while (0)
 #endif
 
 void ck_note_mem(ddpc_ckpt_t ck)
@@ -236,12 +229,12 @@ static ddpc_status_t gather_device(ddpc_ckpt_t ck, size_t len)
             for (int r = 0; r < ck->size && ck->rank == 0; r++) {
                 const size_t at = (size_t)r * len + off; /* the padding past numel stays */
                 if (at < numel)
-                    SH_CU(cudaMemcpyAsync(host + at, ck->bounce + (size_t)r * m,
+                    CK_CU(cudaMemcpyAsync(host + at, ck->bounce + (size_t)r * m,
                                           (numel - at < m ? numel - at : m) * sizeof(float),
                                           cudaMemcpyDeviceToHost, s),
                           "gathering the optimizer's shards");
             }
-            SH_CU(cudaStreamSynchronize(s), "gathering the optimizer's shards");
+            CK_CU(cudaStreamSynchronize(s), "gathering the optimizer's shards");
         }
     }
     return DDPC_OK;
@@ -272,13 +265,13 @@ static ddpc_status_t zero_padding(ddpc_ckpt_t ck, size_t off, size_t len, size_t
             continue;
         }
 #ifdef DDPC_HAVE_CUDA
-        SH_CU(cudaMemsetAsync(mine, 0, (len - from) * sizeof(float),
+        CK_CU(cudaMemsetAsync(mine, 0, (len - from) * sizeof(float),
                               (cudaStream_t)ddpc_ddp_stream(ck->ddp)), "loading the optimizer's shard");
 #endif
     }
 #ifdef DDPC_HAVE_CUDA
     if (ck->device != DDPC_DEVICE_HOST)
-        SH_CU(cudaStreamSynchronize((cudaStream_t)ddpc_ddp_stream(ck->ddp)),
+        CK_CU(cudaStreamSynchronize((cudaStream_t)ddpc_ddp_stream(ck->ddp)),
               "loading the optimizer's shard");
 #endif
     return DDPC_OK;
@@ -321,9 +314,9 @@ ddpc_status_t ck_shard_keep(ddpc_ckpt_t ck, int s, size_t start, const float *da
     }
 #ifdef DDPC_HAVE_CUDA
     cudaStream_t st = (cudaStream_t)ddpc_ddp_stream(ck->ddp);
-    SH_CU(cudaMemcpyAsync(mine, data + (lo - start), (hi - lo) * sizeof(float),
+    CK_CU(cudaMemcpyAsync(mine, data + (lo - start), (hi - lo) * sizeof(float),
                           cudaMemcpyHostToDevice, st), "loading the optimizer's shard");
-    SH_CU(cudaStreamSynchronize(st), "loading the optimizer's shard");
+    CK_CU(cudaStreamSynchronize(st), "loading the optimizer's shard");
     return DDPC_OK;
 #else
     return DDPC_ERR_UNSUPPORTED;
