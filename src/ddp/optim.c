@@ -415,17 +415,35 @@ static size_t slice_numel(const ddpc_optim_t o)
                                                                    : o->state_len;
 }
 
+/* A sharded step's updated slice to every rank: broadcast by bucket and
+ * left to the next forward's ddpc_ddp_param_wait (FORWARD in effect, a
+ * model that waits, not inside a graph capture: a broadcast captured in one
+ * step's graph could not be waited for by the next one's), else one
+ * in-place all-gather. Host and device engines alike. */
+static ddpc_status_t shard_gather(ddpc_optim_t o)
+{
+    ddpc_ddp_t d = o->ddp;
+    if (d->gather_forward && d->model_waits && !ddp_capturing(d))
+        return ddp_gather_issue(d);
+    if (d->size == 1)
+        return DDPC_OK;
+    ddpc_comm_tag_next(d->comm, "ddp shard all-gather");
+    ddpc_status_t st = ddpc_allgather(d->comm, d->param_arena + o->state_off, d->param_arena,
+                                      o->state_len, DDPC_F32);
+    if (st != DDPC_OK)
+        return ddp_err(d, st, "all-gathering the updated parameter shards (%zu floats per "
+                       "rank): %s", o->state_len, ddpc_last_error(d->rt));
+    return DDPC_OK;
+}
+
 #ifdef DDPC_HAVE_CUDA
 /* A sharded step on the device, all stream-ordered on the engine's stream:
  * the slice's sum of squares into sums[rank], the sums all-gathered (every
  * rank then adds the same N doubles in the same order: one norm, one skip
  * decision everywhere), the decisions and the slice's update, then the
- * updated slices all-gathered in place, or (FORWARD, a model that waits,
- * not inside a graph capture: a broadcast issued there would be waited for
- * by the next step's forward, across captures) broadcast by bucket, each
- * waited for on the compute stream by the forward's ddpc_ddp_param_wait. A
- * skipped step (overflow) updates nothing and gathers the unchanged
- * parameters. */
+ * updated slices to every rank (shard_gather: a bucket's broadcasts are
+ * waited for on the compute stream by the forward's param_wait). A skipped
+ * step (overflow) updates nothing and gathers the unchanged parameters. */
 static ddpc_status_t device_sharded_step(ddpc_optim_t o)
 {
     ddpc_ddp_t d = o->ddp;
@@ -446,16 +464,7 @@ static ddpc_status_t device_sharded_step(ddpc_optim_t o)
                                                      o->sc, o->partials, o->sums,
                                                      (unsigned)d->size, o->hyper, s),
                             "the optimizer step (the slice's update)");
-    if (st == DDPC_OK && d->gather_forward && d->model_waits && !ddp_capturing(d))
-        return ddp_gather_issue(d);
-    if (st == DDPC_OK && d->size > 1) {
-        ddpc_comm_tag_next(d->comm, "ddp shard all-gather");
-        if ((st = ddpc_allgather(d->comm, d->param_arena + off, d->param_arena, o->state_len,
-                                 DDPC_F32)) != DDPC_OK)
-            return ddp_err(d, st, "all-gathering the updated parameter shards (%zu floats per "
-                           "rank): %s", o->state_len, ddpc_last_error(d->rt));
-    }
-    return st;
+    return st == DDPC_OK ? shard_gather(o) : st;
 }
 #endif
 
@@ -561,17 +570,10 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
         o->last_norm = sqrt(ss);
     }
     o->steps++;
-    if (o->sharded && d->gather_forward && d->model_waits) {
-        ddpc_status_t st = ddp_gather_issue(d); /* waited for by bucket: param_wait */
+    if (o->sharded) { /* every rank's updated slice to every rank */
+        ddpc_status_t st = shard_gather(o);
         if (st != DDPC_OK)
             return st;
-    } else if (o->sharded && d->size > 1) { /* every rank's updated slice to every rank */
-        ddpc_comm_tag_next(d->comm, "ddp shard all-gather");
-        ddpc_status_t st = ddpc_allgather(d->comm, d->param_arena + o->state_off, d->param_arena,
-                                          o->state_len, DDPC_F32);
-        if (st != DDPC_OK)
-            return ddp_err(d, st, "all-gathering the updated parameter shards (%zu floats per "
-                           "rank): %s", o->state_len, ddpc_last_error(d->rt));
     }
     if (stepped)
         *stepped = 1;
