@@ -547,22 +547,24 @@ static ddpc_status_t stream(ddpc_ckpt_t ck, r0_t *r, const ck_item_t *items, int
                 addr = H5Dget_offset(ds);
         }
         ck_piece_t p, nx;
+        const int staged = ck_shard_staged(ck, it->run);
+        const size_t stage = staged ? ck_shard_stage_len(ck) : 0;
         size_t piece = chunk < CK_PIECE / sizeof(float) ? chunk : CK_PIECE / sizeof(float);
-        if (ck_shard_staged(ck, it->run) && piece > ck_shard_stage_len(ck))
-            piece = ck_shard_stage_len(ck);
+        if (staged && piece > stage)
+            piece = stage;
         int more = ck_piece_first(&p, it, piece); /* 0: empty; still one (empty) piece */
         for (int last = 0; st == DDPC_OK && !last; p = nx) {
             nx = p;
             last = !more || !ck_piece_next(&nx);
             if (w.n && (it->run != w.run || it->pos + p.off != w.end || w.n + p.n > chunk ||
-                        (w.staged && w.n + p.n > ck_shard_stage_len(ck))) &&
+                        (staged && w.n + p.n > stage)) &&
                 (st = flush(ck, r, &w)) != DDPC_OK)
                 break;
             if (!w.n) {
                 w.run = it->run;
                 w.start = it->pos + p.off;
                 /* two stage buffers: rank 0's previous window may still be in flight */
-                if ((w.staged = ck_shard_staged(ck, it->run)))
+                if ((w.staged = staged))
                     w.data = ck_shard_stage(ck, w.stage ^= 1);
                 else
                     w.data = it->data + p.off;

@@ -17,18 +17,23 @@
 #include <cuda_runtime.h>
 #endif
 
+/* The host bytes ck holds now: its window, async snapshot and shadow. */
+static size_t held(ddpc_ckpt_t ck)
+{
+    return (ck->win_cap + ck->snap_numel + ck->shadow_numel) * sizeof(float);
+}
+
 void ck_note_mem(ddpc_ckpt_t ck)
 {
-    size_t now = (ck->win_cap + ck->snap_numel + ck->shadow_numel) * sizeof(float);
-    if (now > ck->mem_peak)
-        ck->mem_peak = now;
+    if (held(ck) > ck->mem_peak)
+        ck->mem_peak = held(ck);
 }
 
 size_t ddpc_ckpt_host_bytes(ddpc_ckpt_t ck, size_t *peak)
 {
     if (peak)
         *peak = ck ? ck->mem_peak : 0;
-    return ck ? (ck->win_cap + ck->snap_numel + ck->shadow_numel) * sizeof(float) : 0;
+    return ck ? held(ck) : 0;
 }
 
 /* The window: 2 x len floats (a save: the window and the write piece; a
@@ -70,7 +75,13 @@ static size_t model_numel(ddpc_ckpt_t ck)
 
 /* ------------------------------------------------------------------ save */
 
-/* Window t of the save's sequence: state t / nw, floats [a, b) of it. */
+/* The save's windows per state tensor of numel floats. */
+static size_t per_state(ddpc_ckpt_t ck, size_t numel)
+{
+    return (numel + ck->win_len - 1) / ck->win_len;
+}
+
+/* Window t of the save's sequence: state t / per_state, floats [a, b) of it. */
 typedef struct {
     int s;
     size_t a, b;
@@ -78,7 +89,7 @@ typedef struct {
 
 static win_t window(ddpc_ckpt_t ck, long t, size_t numel)
 {
-    const size_t nw = (numel + ck->win_len - 1) / ck->win_len;
+    const size_t nw = per_state(ck, numel);
     win_t w = {(int)((size_t)t / nw), ((size_t)t % nw) * ck->win_len, 0};
     w.b = w.a + ck->win_len < numel ? w.a + ck->win_len : numel;
     return w;
@@ -86,7 +97,7 @@ static win_t window(ddpc_ckpt_t ck, long t, size_t numel)
 
 static long windows(ddpc_ckpt_t ck, size_t numel)
 {
-    return (long)((numel + ck->win_len - 1) / ck->win_len) * ddpc_optim_num_states(ck->opt);
+    return (long)per_state(ck, numel) * ddpc_optim_num_states(ck->opt);
 }
 
 /* Rank 0: window t into ck->win, each rank's part from that rank, in rank
@@ -113,11 +124,11 @@ static ddpc_status_t load_window(ddpc_ckpt_t ck, long t, size_t numel, size_t le
     return DDPC_OK;
 }
 
+static ddpc_status_t gather_device(ddpc_ckpt_t ck, size_t len);
+
 /* Collective over every rank: rank 0's window, then this rank's slices'
  * parts, window by window (ck_shard_save_end); a device engine gathers the
  * whole state into rank 0's shadow here. */
-static ddpc_status_t gather_device(ddpc_ckpt_t ck, size_t len);
-
 ddpc_status_t ck_shard_save_begin(ddpc_ckpt_t ck)
 {
     size_t len = 0;
@@ -149,8 +160,7 @@ ddpc_status_t ck_shard_read(ddpc_ckpt_t ck, int s, size_t pos, float *dst, size_
     const size_t numel = model_numel(ck);
     ck_sharded(ck, NULL, &len, NULL);
     while (n && ck->win_st == DDPC_OK) {
-        const size_t nw = (numel + ck->win_len - 1) / ck->win_len;
-        const long t = (long)((size_t)s * nw + pos / ck->win_len);
+        const long t = (long)((size_t)s * per_state(ck, numel) + pos / ck->win_len);
         if (pos >= numel || t < ck->win_t) /* the writer goes forward, inside the model */
             return ck->win_st = ck_err(ck, DDPC_ERR_INTERNAL, "sharded state %d: float %zu "
                                        "asked for out of order (window %ld loaded)", s, pos,
