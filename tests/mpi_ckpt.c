@@ -128,6 +128,15 @@ static void build(model_t *m, int variant, int optim, const char *dir, int async
     CK_OK(m, ddpc_ckpt_add_user_tensor(m->ck, "ema", m->user, 10));
 }
 
+/* build() with the engine sharded as shard (DDPC_SHARD_*). */
+static void build_sharded(model_t *m, int shard, int variant, int optim, const char *dir,
+                          int async, size_t chunk)
+{
+    B_shard = shard;
+    build(m, variant, optim, dir, async, chunk);
+    B_shard = DDPC_SHARD_NONE;
+}
+
 /* Parameters from a seed (the same on every rank), then a few optimizer
  * steps on made-up gradients so that the state is not zero. */
 static void train_a_little(model_t *m, uint64_t seed)
@@ -516,9 +525,8 @@ START_TEST(write_errors_reach_every_rank)
     for (int k = 0; k < 4; k++) {
         const int async = k & 1;
         model_t m;
-        B_shard = k < 2 ? DDPC_SHARD_NONE : DDPC_SHARD_OPTIM;
-        build(&m, SAME, DDPC_OPTIM_SGD, bad, async, 0);
-        B_shard = DDPC_SHARD_NONE;
+        build_sharded(&m, k < 2 ? DDPC_SHARD_NONE : DDPC_SHARD_OPTIM, SAME, DDPC_OPTIM_SGD, bad,
+                      async, 0);
         train_a_little(&m, 9);
         size_t n;
         const float *p = ddpc_ddp_params(m.ddp, &n);
@@ -673,9 +681,7 @@ static void sharded_checkpoints(int optim, int async, int shard)
     make_dir(ds);
     model_t a, s, u, t;
     build(&a, SAME, optim, da, 0, 0);
-    B_shard = shard;
-    build(&s, SAME, optim, ds, async, 0);
-    B_shard = DDPC_SHARD_NONE;
+    build_sharded(&s, shard, SAME, optim, ds, async, 0);
     size_t len, n;
     ddpc_ddp_params(a.ddp, &n);
     T_OK(ddpc_optim_state_range(s.opt, NULL, &len));
@@ -695,9 +701,7 @@ static void sharded_checkpoints(int optim, int async, int shard)
     destroy(&u);
     destroy(&s); /* its handle holds the directory's lock */
     /* unsharded save -> sharded load, then saved again sharded */
-    B_shard = shard;
-    build(&t, SAME, optim, da, 0, 0);
-    B_shard = DDPC_SHARD_NONE;
+    build_sharded(&t, shard, SAME, optim, da, 0, 0);
     scramble(&t);
     CK_OK(&t, ddpc_ckpt_load(t.ck, NULL, NULL, NULL, 0));
     assert_slice_of(&a, &t);
@@ -709,8 +713,7 @@ static void sharded_checkpoints(int optim, int async, int shard)
     T_OK(ddpc_comm_group(T_comm, ranks, half, NULL, &sub));
     if (sub) {
         B_comm = sub;
-        B_shard = shard;
-        build(&t, SAME, optim, ds, 0, 0);
+        build_sharded(&t, shard, SAME, optim, ds, 0, 0);
         scramble(&t);
         CK_OK(&t, ddpc_ckpt_load(t.ck, NULL, NULL, NULL, 0));
         assert_slice_of(&a, &t);
@@ -719,7 +722,6 @@ static void sharded_checkpoints(int optim, int async, int shard)
         CK_OK(&t, ddpc_ckpt_save(t.ck, &m2));
         destroy(&t);
         B_comm = NULL;
-        B_shard = DDPC_SHARD_NONE;
         ddpc_comm_destroy(sub);
     }
     build(&u, SAME, optim, ds, 0, 0);
@@ -747,9 +749,7 @@ START_TEST(sharded_checkpoint_memory_is_bounded)
     make_dir(ds);
     model_t a, s, u, t;
     build(&a, SAME, DDPC_OPTIM_ADAMW, da, 0, 0);
-    B_shard = DDPC_SHARD_OPTIM;
-    build(&s, SAME, DDPC_OPTIM_ADAMW, ds, 0, chunk);
-    B_shard = DDPC_SHARD_NONE;
+    build_sharded(&s, DDPC_SHARD_OPTIM, SAME, DDPC_OPTIM_ADAMW, ds, 0, chunk);
     train_a_little(&a, 5);
     train_a_little(&s, 5);
     size_t n, peak = 1;
@@ -773,9 +773,7 @@ START_TEST(sharded_checkpoint_memory_is_bounded)
     assert_same_state(&a, &u);
     destroy(&u);
     /* and loaded sharded through 64 KiB windows: each rank's slice */
-    B_shard = DDPC_SHARD_OPTIM;
-    build(&t, SAME, DDPC_OPTIM_ADAMW, ds, 0, chunk);
-    B_shard = DDPC_SHARD_NONE;
+    build_sharded(&t, DDPC_SHARD_OPTIM, SAME, DDPC_OPTIM_ADAMW, ds, 0, chunk);
     scramble(&t);
     CK_OK(&t, ddpc_ckpt_load(t.ck, NULL, NULL, NULL, 0));
     assert_slice_of(&a, &t);
