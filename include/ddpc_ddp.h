@@ -47,6 +47,8 @@ typedef struct {
                                   DDPC_FOLD_AUTO: 1 while a ddpc optimizer is attached */
     int shard_gather;          /* DDPC_SHARD_GATHER=step|forward: ddpc_shard_gather_t,
                                   when a sharded step's updated parameters are gathered */
+    int grad_stages;           /* DDPC_GRAD_STAGES (>= 1, default 2): shard grads' bucket
+                                  stages, the gradient memory besides the slice */
 } ddpc_ddp_config_t;
 
 /* Folding the average (host engines with compress none and shard none; a
@@ -66,10 +68,32 @@ typedef struct {
 
 /* Sharding (doc/ddp.md): optim keeps on each rank only the optimizer state of
  * its contiguous, aligned range of the parameter arena (ZeRO-1,
- * ddpc_optim_state_range); grads also reduces the gradients into that range
- * only (ZeRO-2): after ddpc_ddp_wait the rest of the gradient arena holds
- * partial sums. Host and device engines; grads not with compress
- * (DDPC_ERR_UNSUPPORTED at create). */
+ * ddpc_optim_state_range); grads (ZeRO-2) also keeps only that range's
+ * gradients (ddpc_ddp_grad_slice) and no whole gradient arena: a backward
+ * writes each bucket's gradients into one of grad_stages stages (bucket b
+ * into stage b % grad_stages, each the size of the largest bucket), and a
+ * complete bucket is reduced piece by piece into the slices' owners, which
+ * frees its stage. Hence, with grads:
+ *  - ddpc_ddp_grad(p) must be called in each micro-step before p's gradient
+ *    is written, and only once the buckets before p's that share its stage
+ *    are complete (grad_ready for all their parameters): the backward's
+ *    order. It zeroes the stage for the micro-step (the first call for the
+ *    bucket), waiting, where needed, for the reduce of the bucket that used
+ *    it before (a device engine: its stream waits). The pointer is the same
+ *    in every step (CUDA graphs may capture it); it is good until the
+ *    bucket is reduced. Out of order it fails (NULL, ddpc_ddp_last_error
+ *    says which bucket holds the stage); grad_ready of a parameter whose
+ *    bucket was not taken this micro-step is DDPC_ERR_STATE.
+ *  - ddpc_ddp_grads returns NULL; ddpc_ddp_grad_slice gives the averaged
+ *    slice after the wait.
+ *  - every micro-step reduces (set_sync(0) too: the wait is then collective
+ *    as well, DeepSpeed's ZeRO-2 does the same) and the slice accumulates
+ *    the sums; the synced wait averages it. The next backward after a
+ *    synced wait starts a new window, zero_grad or not.
+ *  - with find_unused, a bucket none of whose gradients was taken in a
+ *    micro-step is reduced from a zero stage (one more stage of memory).
+ * Host and device engines; grads not with compress (DDPC_ERR_UNSUPPORTED at
+ * create). */
 typedef enum { DDPC_SHARD_NONE = 0, DDPC_SHARD_OPTIM = 1, DDPC_SHARD_GRADS = 2 } ddpc_shard_t;
 
 /* When a sharded step's updated slices reach every rank: STEP, one
@@ -91,7 +115,7 @@ typedef enum { DDPC_GATHER_STEP = 0, DDPC_GATHER_FORWARD = 1 } ddpc_shard_gather
 #define DDPC_OVERLAP_AUTO (-1)
 #define DDPC_DDP_CONFIG_INIT                                                                   \
     {(size_t)1 << 20, (size_t)25 << 20, 0, DDPC_F32, DDPC_OVERLAP_AUTO, NULL, 1, DDPC_SHARD_NONE,   \
-     DDPC_FOLD_AUTO, DDPC_GATHER_STEP}
+     DDPC_FOLD_AUTO, DDPC_GATHER_STEP, 2}
 
 /* Not collective. cfg may be NULL. The engine uses comm for all its traffic.
  * On a device communicator (nccl, mpi-staged) the arenas (parameters,
@@ -167,6 +191,16 @@ DDPC_API float *ddpc_ddp_buffers(ddpc_ddp_t ddp, size_t *numel);
 /* The whole arenas: (numel,) float32 each, parameters in registration order. */
 DDPC_API float *ddpc_ddp_params(ddpc_ddp_t ddp, size_t *numel);
 DDPC_API float *ddpc_ddp_grads(ddpc_ddp_t ddp, size_t *numel);
+/* The gradients this rank holds averaged after a synced wait: with shard
+ * grads its slice, floats [*offset, *offset + *numel) of the model (numel
+ * short of the slice where it reaches the padding, 0 past the model's end);
+ * otherwise the whole arena (offset 0), as ddpc_ddp_grads. Device memory
+ * for a device engine. */
+DDPC_API float *ddpc_ddp_grad_slice(ddpc_ddp_t ddp, size_t *offset, size_t *numel);
+/* Bytes of gradient memory the engine holds on this rank (after build): the
+ * arena (padded to whole slices when sharded); with shard grads the slice,
+ * the stages and, with find_unused, the zero stage. */
+DDPC_API size_t ddpc_ddp_grad_bytes(ddpc_ddp_t ddp);
 
 /* Bucket plan (after build): count, and bucket b's slice [offset, offset+numel)
  * of the gradient arena. */

@@ -141,16 +141,21 @@ static void build_sharded(model_t *m, int shard, int variant, int optim, const c
  * steps on made-up gradients so that the state is not zero. */
 static void train_a_little(model_t *m, uint64_t seed)
 {
-    size_t n;
-    float *p = ddpc_ddp_params(m->ddp, &n), *g = ddpc_ddp_grads(m->ddp, NULL);
+    size_t n, goff, gn;
+    float *p = ddpc_ddp_params(m->ddp, &n);
+    /* the gradients this rank holds: the arena, or its slice (shard grads) */
+    float *g = ddpc_ddp_grad_slice(m->ddp, &goff, &gn), *all = malloc(n * sizeof *all);
+    ck_assert_ptr_nonnull(all);
     fill(p, n, seed);
     size_t nb;
     float *bufs = ddpc_ddp_buffers(m->ddp, &nb); /* nb set by the call: not in one expression */
     fill(bufs, nb, seed + 50);
     for (int s = 0; s < 3 && m->opt; s++) {
-        fill(g, n, seed + 100 + (uint64_t)s);
+        fill(all, n, seed + 100 + (uint64_t)s);
+        memcpy(g, all + goff, gn * sizeof *g);
         T_OK(ddpc_optim_step(m->opt, NULL));
     }
+    free(all);
     if (m->opt) { /* a loss scaler part-way to its next growth */
         ddpc_optim_set_loss_scale(m->opt, 128.0);
         ddpc_optim_set_scale_good_steps(m->opt, 5 + (int)(seed % 7));

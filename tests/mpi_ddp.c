@@ -509,10 +509,27 @@ static ddpc_optim_config_t case_optim(ddpc_optim_type_t type, double mu, double 
  * then accum backwards of the linear model (the last one synced), the loss
  * scaled by o's loss scale when loss_scale; at t == 2 rank 0's first
  * micro-step overflows (the step is skipped everywhere). */
+/* A backward as a model writes it under DDPC_SHARD=grads: the micro-step's
+ * gradients g (the whole model's, computed aside) go in parameter by
+ * parameter, last first, each through the pointer ddpc_ddp_grad gives just
+ * before (its bucket's stage), then grad_ready. */
+static void backward_staged(ddpc_ddp_t d, const float *g)
+{
+    for (int i = ddpc_ddp_num_params(d) - 1; i >= 0; i--) {
+        ddpc_param_info_t info;
+        T_OK(ddpc_ddp_param_info(d, i, &info));
+        float *dst = ddpc_ddp_grad(d, i);
+        ck_assert_msg(dst != NULL, "%s", ddpc_ddp_last_error(d));
+        memcpy(dst, g + info.offset, info.numel * sizeof *dst);
+        ck_assert_msg(ddpc_ddp_grad_ready(d, i) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+    }
+}
+
 static void micro_steps(ddpc_ddp_t d, ddpc_optim_t o, int rank, int t, int accum, int loss_scale)
 {
     size_t n;
     float *p = ddpc_ddp_params(d, &n), *g = ddpc_ddp_grads(d, NULL);
+    float *aside = g ? NULL : malloc(n * sizeof *aside); /* shard grads: no arena */
     T_OK(ddpc_ddp_zero_grad(d));
     for (int m = 0; m < accum; m++) {
         T_OK(ddpc_ddp_set_sync(d, m == accum - 1));
@@ -520,13 +537,20 @@ static void micro_steps(ddpc_ddp_t d, ddpc_optim_t o, int rank, int t, int accum
            (DDPC_GATHER_FORWARD; at once otherwise) */
         for (int i = 0; i < ddpc_ddp_num_params(d); i++)
             T_OK(ddpc_ddp_param_wait(d, i));
-        grad_linear(p, g, t * 8 + m, rank * B, B,
+        float *w = g ? g : aside;
+        if (aside)
+            memset(aside, 0, n * sizeof *aside);
+        grad_linear(p, w, t * 8 + m, rank * B, B,
                     (float)(loss_scale ? ddpc_optim_loss_scale(o) : 1.0) / (float)accum);
         if (loss_scale && t == 2 && rank == 0 && m == 0)
-            g[n - 1] = INFINITY;
-        backward_ready(d, rank);
+            w[n - 1] = INFINITY;
+        if (aside)
+            backward_staged(d, aside);
+        else
+            backward_ready(d, rank);
         ck_assert_msg(ddpc_ddp_wait(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
     }
+    free(aside);
 }
 
 /* One case of the sharded engine (DDPC_SHARD=optim) against the unsharded
@@ -541,6 +565,7 @@ typedef struct {
     ddpc_dtype_t compress;
     int shard;          /* DDPC_SHARD_OPTIM, or _GRADS: bitwise is not promised */
     int gather;         /* the sharded engine's shard_gather (ddpc_shard_gather_t) */
+    int stages;         /* grad_stages (0: the default, 2) */
 } shard_case_t;
 
 /* |a - b| over max |b| of the arena, and whether any float differs */
@@ -566,6 +591,7 @@ static void check_sharded(const shard_case_t *sc)
     for (int e = 0; e < 2; e++) { /* e = 0: unsharded, 1: sharded */
         dc.shard = e ? sc->shard : DDPC_SHARD_NONE;
         dc.shard_gather = e ? sc->gather : DDPC_GATHER_STEP;
+        dc.grad_stages = sc->stages;
         if (sc->gather == DDPC_GATHER_FORWARD)
             dc.overlap = 1; /* a gather in the forward needs an engine that overlaps */
         d[e] = make_ddp(&dc);
@@ -584,6 +610,17 @@ static void check_sharded(const shard_case_t *sc)
     ck_assert_uint_eq(off % 16, 0);
     ck_assert_uint_ge(len * (size_t)T_size, n);
     ck_assert_uint_lt(len * (size_t)T_size, n + 16 * (size_t)T_size);
+    if (sc->shard == DDPC_SHARD_GRADS) { /* the gradient memory: the slice and the stages */
+        int nb = ddpc_ddp_num_buckets(d[1]), k = sc->stages ? sc->stages : 2;
+        size_t big = 0, bo, bn;
+        for (int b = 0; b < nb; b++)
+            if (ddpc_ddp_bucket(d[1], b, &bo, &bn) == DDPC_OK && bn > big)
+                big = bn;
+        big = (big + 15) / 16 * 16;
+        ck_assert_uint_eq(ddpc_ddp_grad_bytes(d[1]), (len + (size_t)(k < nb ? k : nb) * big) * 4);
+        ck_assert_uint_eq(ddpc_ddp_grad_bytes(d[0]), n * 4);
+        ck_assert_ptr_null(ddpc_ddp_grads(d[1], NULL));
+    }
     for (int t = 0; t < 6; t++) {
         for (int e = 0; e < 2; e++) {
             micro_steps(d[e], o[e], T_rank, t, sc->accum, sc->loss_scale);
@@ -616,6 +653,17 @@ static void check_sharded(const shard_case_t *sc)
             double n0 = ddpc_optim_last_grad_norm(o[0]), n1 = ddpc_optim_last_grad_norm(o[1]);
             ck_assert_msg(fabs(n0 - n1) <= 1e-6 * fabs(n0) || (isinf(n0) && isinf(n1)),
                           "step %d: ZeRO-2 gradient norm %.17g, unsharded %.17g", t, n1, n0);
+            /* the slice holds this rank's part of the averaged gradients */
+            size_t goff, gn;
+            const float *gs = ddpc_ddp_grad_slice(d[1], &goff, &gn);
+            const float *ga = ddpc_ddp_grads(d[0], NULL);
+            ck_assert_uint_eq(goff, off < n ? off : n);
+            ck_assert_uint_eq(gn, off < n ? (n - off < len ? n - off : len) : 0);
+            if (!(sc->loss_scale && t == 2) && gn) {
+                rel = rel_diff(gs, ga + goff, gn, &differ);
+                ck_assert_msg(rel <= 1e-6, "rank %d, step %d: the ZeRO-2 gradient slice "
+                              "differs from the unsharded gradients by %g relative", T_rank, t, rel);
+            }
             continue;
         }
         size_t bad = n;
@@ -855,10 +903,86 @@ START_TEST(sharded_grads_close)
     check_sharded(&w); /* with loss scaling and an overflow */
     shard_case_t a = {DDPC_OPTIM_ADAMW, 0, 0, 3, DDPC_F32, DDPC_SHARD_GRADS, DDPC_GATHER_STEP};
     check_sharded(&a); /* accumulation */
-    /* without overlap: every reduce in the wait */
+    /* one stage: each bucket's take waits for the reduce of the one before */
+    c.stages = a.stages = 1;
+    check_sharded(&c);
+    check_sharded(&a);
+    /* without overlap: each bucket reduced on this thread as it completes */
     setenv("DDPC_OVERLAP", "0", 1);
     check_sharded(&c);
     unsetenv("DDPC_OVERLAP");
+}
+END_TEST
+
+/* DDPC_SHARD=grads' stages: a gradient taken out of the backward's order
+ * fails, naming the bucket that holds its stage, and the step goes on;
+ * grad_ready of a gradient not taken is refused; under find_unused a bucket
+ * none of whose gradients was taken is reduced as zeros; a second step
+ * starts from zero stages and a fresh window. */
+START_TEST(sharded_grads_stages)
+{
+    ddpc_ddp_config_t dc = small_buckets();
+    dc.shard = DDPC_SHARD_GRADS;
+    dc.grad_stages = 1;
+    dc.find_unused = 1;
+    ddpc_ddp_t d = make_ddp(&dc);
+    /* buckets {w.3, b}, {w.1, w.2}, {w.0}: w.0 alone, to be left untaken */
+    const int last = ddpc_ddp_num_params(d) - 1, skip = ddpc_ddp_find_param(d, "w.0");
+    ck_assert_int_gt(ddpc_ddp_num_buckets(d), 2);
+    ddpc_param_info_t pl, p0, ps;
+    T_OK(ddpc_ddp_param_info(d, last, &pl));
+    T_OK(ddpc_ddp_param_info(d, 0, &p0));
+    T_OK(ddpc_ddp_param_info(d, skip, &ps));
+    ck_assert_int_ne(pl.bucket, p0.bucket);
+    for (int i = 1; i < last; i++) { /* no other parameter in w.0's bucket */
+        ddpc_param_info_t pi;
+        T_OK(ddpc_ddp_param_info(d, i, &pi));
+        ck_assert_int_ne(pi.bucket, ps.bucket);
+    }
+    size_t n;
+    ddpc_ddp_params(d, &n);
+    float *g = malloc(n * sizeof *g);
+    for (size_t i = 0; i < n; i++)
+        g[i] = 1.0f + (float)T_rank;
+    for (int step = 0; step < 2; step++) {
+        if (step == 0)
+            T_OK(ddpc_ddp_zero_grad(d)); /* the second step without: a window starts anyway */
+        ck_assert_ptr_nonnull(ddpc_ddp_grad(d, last));
+        /* parameter 0's bucket needs the one stage, which the last one's holds */
+        ck_assert_ptr_null(ddpc_ddp_grad(d, 0));
+        const char *e = ddpc_ddp_last_error(d);
+        ck_assert_msg(strstr(e, "needs gradient stage 0 of 1") && strstr(e, "DDPC_GRAD_STAGES"),
+                      "%s", e);
+        ck_assert_int_eq(ddpc_ddp_grad_ready(d, 0), DDPC_ERR_STATE);
+        ck_assert_msg(strstr(ddpc_ddp_last_error(d), "ddpc_ddp_grad(0)"), "%s",
+                      ddpc_ddp_last_error(d));
+        /* in order, w.0 never taken nor ready */
+        for (int i = last; i >= 0; i--) {
+            if (i == skip)
+                continue;
+            ddpc_param_info_t info;
+            T_OK(ddpc_ddp_param_info(d, i, &info));
+            float *dst = ddpc_ddp_grad(d, i);
+            ck_assert_msg(dst != NULL, "%s", ddpc_ddp_last_error(d));
+            for (size_t j = 0; j < info.numel; j++) /* the stage comes zeroed */
+                ck_assert_msg(dst[j] == 0.0f, "step %d, parameter %d: stage float %zu is %g",
+                              step, i, j, dst[j]);
+            memcpy(dst, g + info.offset, info.numel * sizeof *dst);
+            T_OK(ddpc_ddp_grad_ready(d, i));
+        }
+        ck_assert_msg(ddpc_ddp_wait(d) == DDPC_OK, "%s", ddpc_ddp_last_error(d));
+        size_t off, gn;
+        const float *gs = ddpc_ddp_grad_slice(d, &off, &gn);
+        const float mean = (float)T_size * (float)(T_size + 1) / 2.0f / (float)T_size;
+        for (size_t j = 0; j < gn; j++) {
+            const size_t at = off + j;
+            const float want = at >= ps.offset && at < ps.offset + ps.numel ? 0.0f : mean;
+            ck_assert_msg(gs[j] == want, "rank %d, step %d: gradient %zu is %g, expected %g",
+                          T_rank, step, at, gs[j], want);
+        }
+    }
+    free(g);
+    ddpc_ddp_destroy(d);
 }
 END_TEST
 
@@ -1227,6 +1351,7 @@ static Suite *ddp_suite(void)
     tcase_add_test(sh, sharded_adamw_bitwise);
     tcase_add_test(sh, sharded_scaling_accumulation_compression);
     tcase_add_test(sh, sharded_grads_close);
+    tcase_add_test(sh, sharded_grads_stages);
     tcase_add_test(sh, sharded_gather_forward);
     tcase_add_test(sh, shard_setting);
     suite_add_tcase(s, sh);

@@ -335,6 +335,14 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(float *__restrict__ x, 
         x[i] = mul_like_cpu(x[i], scale);
 }
 
+__global__ void __launch_bounds__(kThreads)
+    add_kernel(float *__restrict__ y, const float *__restrict__ x, size_t n)
+{
+    const size_t stride = (size_t)gridDim.x * kThreads;
+    for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += stride)
+        y[i] = __fadd_rn(y[i], x[i]);
+}
+
 /* The argument checks of a step's launchers; 0 when they hold. */
 int bad_step_args(const ddpc_optim_config_t *cfg, size_t n, const float *p, const float *g,
                   const float *s0, const float *s1, const void *sc, const double *partials,
@@ -447,6 +455,16 @@ extern "C" cudaError_t ddpc_cuda_scale(float *x, size_t n, float scale, cudaStre
     if (!x)
         return cudaErrorInvalidValue;
     scale_kernel<<<grid_for(n, kMaxGrid), kThreads, 0, stream>>>(x, n, scale);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ddpc_cuda_add(float *y, const float *x, size_t n, cudaStream_t stream)
+{
+    if (n == 0)
+        return cudaGetLastError();
+    if (!y || !x)
+        return cudaErrorInvalidValue;
+    add_kernel<<<grid_for(n, kMaxGrid), kThreads, 0, stream>>>(y, x, n);
     return cudaGetLastError();
 }
 

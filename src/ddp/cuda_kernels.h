@@ -100,6 +100,9 @@ cudaError_t ddpc_cuda_unpack_half(const uint16_t *w, float *g, size_t n, int f16
 /* x[i] *= scale over n floats (the staged backend's AVG and the tests).
  * n == 0 enqueues nothing. */
 cudaError_t ddpc_cuda_scale(float *x, size_t n, float scale, cudaStream_t stream);
+/* y[i] += x[i] over n floats (shard grads: a micro-step's piece added into
+ * the slice). n == 0 enqueues nothing. */
+cudaError_t ddpc_cuda_add(float *y, const float *x, size_t n, cudaStream_t stream);
 
 /* Synchronized batch normalization (batchnorm.c, whose host loop is the
  * twin): pack writes this rank's row of 2C + 2 floats into send, (hi, lo,

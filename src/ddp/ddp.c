@@ -79,6 +79,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     int sh = d->cfg.shard;
     int fo = d->cfg.fold_average == DDPC_FOLD_AUTO ? 2 : d->cfg.fold_average != 0;
     int ga = d->cfg.shard_gather;
+    long stages = d->cfg.grad_stages > 0 ? d->cfg.grad_stages : 2; /* 0: the default */
     ddpc_status_t st;
     if ((st = ddpc_env_double(rt, "DDPC_FIRST_BUCKET_MB", 0, 1 << 20, &first)) ||
         (st = ddpc_env_double(rt, "DDPC_BUCKET_MB", 1.0 / 1024, 1 << 20, &cap)) ||
@@ -89,7 +90,8 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
         (st = ddpc_env_choice(rt, "DDPC_COMPRESS", comp, &c)) ||
         (st = ddpc_env_choice(rt, "DDPC_SHARD", shard, &sh)) ||
         (st = ddpc_env_choice(rt, "DDPC_FOLD_AVERAGE", fold, &fo)) ||
-        (st = ddpc_env_choice(rt, "DDPC_SHARD_GATHER", gather, &ga))) {
+        (st = ddpc_env_choice(rt, "DDPC_SHARD_GATHER", gather, &ga)) ||
+        (st = ddpc_env_long(rt, "DDPC_GRAD_STAGES", 1, 1024, &stages))) {
         snprintf(d->err, sizeof d->err, "%s", ddpc_last_error(rt));
         return st;
     }
@@ -102,6 +104,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
     d->cfg.shard = sh;
     d->cfg.fold_average = fo == 2 ? DDPC_FOLD_AUTO : fo;
     d->cfg.shard_gather = ga;
+    d->cfg.grad_stages = (int)stages;
     return DDPC_OK;
 }
 
@@ -195,6 +198,9 @@ ddpc_status_t ddpc_ddp_create(ddpc_comm_t comm, const ddpc_ddp_config_t *cfg, dd
         d->cfg.shard_gather != DDPC_GATHER_FORWARD)
         st = ddp_err(d, DDPC_ERR_INVALID, "shard_gather must be DDPC_GATHER_STEP or _FORWARD, "
                      "not %d", d->cfg.shard_gather);
+    if (st == DDPC_OK && d->cfg.grad_stages > 1024)
+        st = ddp_err(d, DDPC_ERR_INVALID, "grad_stages must be 1..1024 (0: 2), not %d",
+                     d->cfg.grad_stages);
     if (st == DDPC_OK && d->cfg.shard == DDPC_SHARD_GRADS && d->cfg.compress != DDPC_F32)
         st = ddp_err(d, DDPC_ERR_UNSUPPORTED, "DDPC_SHARD=grads (ZeRO-2) reduces the gradients "
                      "in float32 only: not with DDPC_COMPRESS=%s (use DDPC_SHARD=optim, which "
@@ -251,6 +257,7 @@ void ddpc_ddp_destroy(ddpc_ddp_t d)
         free(d->buf_arena);
     }
     free(d->buckets);
+    free(d->stage_holder);
     free(d->params);
     free(d->bufs);
     free(d);
@@ -497,13 +504,35 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
     }
     size_t bytes = (total ? total : 1) * sizeof(float);
     bytes = (bytes + 63) / 64 * 64;
+    /* the buckets first: shard grads sizes its stages by the largest */
+    if ((st = ddp_plan_buckets(d)) != DDPC_OK)
+        return st;
+    size_t gbytes = bytes; /* the gradient arena */
+    const int staged = d->cfg.shard == DDPC_SHARD_GRADS;
+    if (staged) {
+        d->stage_len = DDP_SHARD_ALIGN;
+        for (int b = 0; b < d->nbuckets; b++)
+            if (d->buckets[b].numel > d->stage_len)
+                d->stage_len = d->buckets[b].numel;
+        d->stage_len = (d->stage_len + DDP_SHARD_ALIGN - 1) / DDP_SHARD_ALIGN * DDP_SHARD_ALIGN;
+        d->nstages = d->nbuckets < d->cfg.grad_stages ? d->nbuckets : d->cfg.grad_stages;
+        if (d->nstages < 1)
+            d->nstages = 1;
+        gbytes = (d->shard_len + ((size_t)d->nstages + (d->cfg.find_unused != 0)) * d->stage_len) *
+                 sizeof(float);
+        if (!(d->stage_holder = malloc((size_t)d->nstages * sizeof(int))))
+            return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate the stage table");
+        for (int k = 0; k < d->nstages; k++)
+            d->stage_holder[k] = -1;
+        d->acc_fresh = 1;
+    }
     size_t bbytes = ((d->buf_numel ? d->buf_numel : 1) * sizeof(float) + 63) / 64 * 64;
     const int dev = d->device != DDPC_DEVICE_HOST;
     if (dev) {
         /* everything a step touches, now: NCCL kernels spin while waiting
          * for peers, and a cudaMalloc inside a step could deadlock them */
         if ((st = ddp_dev_alloc(d, (void **)&d->param_arena, bytes, "the parameter arena")) ||
-            (st = ddp_dev_alloc(d, (void **)&d->grad_arena, bytes, "the gradient arena")) ||
+            (st = ddp_dev_alloc(d, (void **)&d->grad_arena, gbytes, "the gradient arena")) ||
             (st = ddp_dev_alloc(d, (void **)&d->buf_arena, bbytes, "the buffer arena")) ||
             (st = ddp_dev_alloc(d, (void **)&d->d_unready, sizeof(int32_t), "a counter")))
             return st;
@@ -519,7 +548,7 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
     } else {
         /* the gradients from the communicator: where its ranks share a node,
            a shared window that the buckets are all-reduced in (mpi.c) */
-        if ((st = ddpc_comm_mem_alloc(d->comm, bytes, (void **)&d->grad_arena)))
+        if ((st = ddpc_comm_mem_alloc(d->comm, gbytes, (void **)&d->grad_arena)))
             return ddp_err(d, st, "the gradient arena: %s", ddpc_last_error(d->rt));
         d->param_arena = aligned_alloc(64, bytes);
         d->buf_arena = aligned_alloc(64, bbytes);
@@ -529,8 +558,12 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
         memset(d->param_arena, 0, bytes);
         memset(d->buf_arena, 0, bbytes);
     }
-    if ((st = ddp_plan_buckets(d)) != DDPC_OK)
-        return st;
+    d->grad_shard = staged ? d->grad_arena : d->grad_arena + d->shard_off;
+    if (staged) {
+        d->stages = d->grad_arena + d->shard_len;
+        if (d->cfg.find_unused)
+            d->zero_stage = d->stages + (size_t)d->nstages * d->stage_len;
+    }
     if (d->cfg.compress != DDPC_F32)
         for (int b = 0; b < d->nbuckets; b++) {
             size_t wb = (d->buckets[b].numel ? d->buckets[b].numel : 1) * 2;
@@ -560,13 +593,16 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
     char where[32] = "the host";
     if (dev)
         snprintf(where, sizeof where, "GPU %d", d->device);
-    char sh[160] = "", bufs[64] = "";
+    char sh[224] = "", stg[64] = "", bufs[64] = "";
+    if (staged)
+        snprintf(stg, sizeof stg, "; gradients through %d stage%s of %zu floats", d->nstages,
+                 d->nstages > 1 ? "s" : "", d->stage_len);
     if (d->cfg.shard != DDPC_SHARD_NONE)
-        snprintf(sh, sizeof sh, ", %s sharded (floats [%zu, %zu) here, gathered %s)",
+        snprintf(sh, sizeof sh, ", %s sharded (floats [%zu, %zu) here, gathered %s%s)",
                  d->cfg.shard == DDPC_SHARD_GRADS ? "gradients and optimizer state"
                                                    : "optimizer state",
                  d->shard_off, d->shard_off + d->shard_len,
-                 d->gather_forward ? "by bucket in the forward" : "at the step's end");
+                 d->gather_forward ? "by bucket in the forward" : "at the step's end", stg);
     if (d->nbufs)
         snprintf(bufs, sizeof bufs, ", %d buffers (%zu elements)", d->nbufs, d->buf_numel);
     ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: %d parameters, %zu elements, %d buckets (first %zu B, cap %zu B)%s%s%s, arenas on %s",
@@ -639,9 +675,15 @@ float *ddpc_ddp_param(ddpc_ddp_t d, int i)
 
 float *ddpc_ddp_grad(ddpc_ddp_t d, int i)
 {
-    if (d && d->built)
-        ddp_settle_average(d);
-    return d && d->built && i >= 0 && i < d->nparams ? d->grad_arena + d->params[i].offset : NULL;
+    if (!d || !d->built || i < 0 || i >= d->nparams)
+        return NULL;
+    const ddp_param_t *p = &d->params[i];
+    if (d->stages) { /* shard grads: the bucket's stage, taken for this micro-step */
+        float *s = ddp_stage_take(d, p->bucket);
+        return s ? s + (p->offset - d->buckets[p->bucket].offset) : NULL;
+    }
+    ddp_settle_average(d);
+    return d->grad_arena + p->offset;
 }
 
 float *ddpc_ddp_params(ddpc_ddp_t d, size_t *numel)
@@ -654,10 +696,45 @@ float *ddpc_ddp_params(ddpc_ddp_t d, size_t *numel)
 float *ddpc_ddp_grads(ddpc_ddp_t d, size_t *numel)
 {
     if (numel)
-        *numel = d ? d->numel : 0;
-    if (d && d->built)
-        ddp_settle_average(d);
-    return d && d->built ? d->grad_arena : NULL;
+        *numel = d && !d->stages ? d->numel : 0;
+    if (!d || !d->built)
+        return NULL;
+    if (d->stages) {
+        ddp_err(d, DDPC_ERR_STATE, "DDPC_SHARD=grads keeps no whole gradient arena: write "
+                "through ddpc_ddp_grad(p) in each micro-step, read the averaged slice with "
+                "ddpc_ddp_grad_slice");
+        return NULL;
+    }
+    ddp_settle_average(d);
+    return d->grad_arena;
+}
+
+size_t ddpc_ddp_grad_bytes(ddpc_ddp_t d)
+{
+    if (!d || !d->built)
+        return 0;
+    if (d->stages)
+        return (d->shard_len + ((size_t)d->nstages + (d->zero_stage != NULL)) * d->stage_len) *
+               sizeof(float);
+    return (d->cfg.shard == DDPC_SHARD_NONE ? d->numel : d->shard_len * (size_t)d->size) *
+           sizeof(float);
+}
+
+float *ddpc_ddp_grad_slice(ddpc_ddp_t d, size_t *offset, size_t *numel)
+{
+    size_t off = 0, n = d ? d->numel : 0;
+    if (d && d->stages) {
+        off = d->shard_off < d->numel ? d->shard_off : d->numel;
+        n = d->numel - off < d->shard_len ? d->numel - off : d->shard_len;
+    }
+    if (offset)
+        *offset = off;
+    if (numel)
+        *numel = n;
+    if (!d || !d->built)
+        return NULL;
+    ddp_settle_average(d);
+    return d->stages ? d->grad_shard : d->grad_arena;
 }
 
 int ddpc_ddp_num_buffers(ddpc_ddp_t d) { return d ? d->nbufs : 0; }

@@ -35,6 +35,7 @@ typedef struct {
     ddpc_work_t *rs_work; /* shard grads: (size,) the reduces of its pieces, one per
                              rank whose slice it meets, rs_n of them this step */
     int rs_n;
+    int staged;           /* shard grads: its stage was taken (zeroed) in this micro-step */
     ddpc_work_t *ag_work; /* sharded, gather FORWARD: (size,) the broadcasts of its
                              pieces' updated parameters, ag_n of them in flight */
     int ag_n;
@@ -53,7 +54,20 @@ struct ddpc_ddp {
     int built;
     size_t numel;         /* total elements of each arena */
     float *param_arena;   /* (numel,) */
-    float *grad_arena;    /* (numel,) */
+    float *grad_arena;    /* (numel,); shard grads: (shard_len + (nstages + zero stage)
+                             * stage_len,), the slice then the stages */
+    float *grad_shard;    /* this rank's slice of the gradients: grad_arena + shard_off, or
+                             with shard grads its own shard_len floats at the arena's start */
+    /* shard grads (ZeRO-2): bucket b's gradients are written into stage
+     * b % nstages (ddpc_ddp_grad), reduced from there into the slices'
+     * owners; the slice accumulates a window's sums (acc_fresh: the next
+     * reduce into it copies, not adds) and the synced wait averages it */
+    float *stages;        /* (nstages, stage_len) */
+    float *zero_stage;    /* find_unused: (stage_len,) zeros, for untaken buckets */
+    int nstages;
+    size_t stage_len;     /* floats: the largest bucket */
+    int *stage_holder;    /* (nstages,) the bucket whose gradients it holds, -1: none */
+    int acc_fresh;
     /* sharding (cfg.shard != NONE): rank r owns the floats [r * shard_len,
      * (r + 1) * shard_len) of the arenas; shard_len is a multiple of
      * DDP_SHARD_ALIGN and the arenas hold size * shard_len floats (>= numel,
@@ -124,6 +138,9 @@ void ddp_settle_average(ddpc_ddp_t d);
 size_t ddp_piece_end(const ddpc_ddp_t d, size_t lo, size_t end, int *owner);
 ddpc_status_t ddp_gather_issue(ddpc_ddp_t d);
 ddpc_status_t ddp_gather_wait(ddpc_ddp_t d, int bucket); /* -1: all */
+/* Shard grads (reducer.c): bucket b's stage for this micro-step (taken and
+ * zeroed on the first call), NULL on failure (d->err says why). */
+float *ddp_stage_take(ddpc_ddp_t d, int b);
 
 #define ddp_err(d, st, ...) DDPC_HANDLE_ERR(d, "ddp", st, __VA_ARGS__)
 

@@ -449,7 +449,7 @@ static ddpc_status_t device_sharded_step(ddpc_optim_t o)
     ddpc_ddp_t d = o->ddp;
     cudaStream_t s = (cudaStream_t)d->stream;
     const size_t n = slice_numel(o), off = o->state_off;
-    float *p = d->param_arena + off, *g = d->grad_arena + off;
+    float *p = d->param_arena + off, *g = d->grad_shard;
     ddpc_status_t st = ddp_cuda_check(d, ddpc_cuda_optim_sumsq(n, g, o->partials,
                                                               o->sums + d->rank, s),
                                       "the optimizer step (the slice's sum of squares)");
@@ -505,7 +505,7 @@ static ddpc_status_t optim_step(ddpc_optim_t o, int *stepped)
     if (o->sharded) {
         n = slice_numel(o);
         p += o->state_off;
-        g += o->state_off;
+        g = d->grad_shard; /* state_off is the engine's shard_off */
     }
     /* the norm decides the step when scaling or clipping: a pass of its
      * own first; otherwise the update pass gathers it on the way */

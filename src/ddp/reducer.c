@@ -84,14 +84,118 @@ ddpc_status_t ddpc_ddp_zero_grad(ddpc_ddp_t d)
     if (d->step_active)
         return ddp_err(d, DDPC_ERR_STATE, "zero_grad while reductions may be running (before wait)");
     d->avg_pending = 0;
+    /* shard grads: the slice (its window starts afresh); the stages are
+       zeroed as each bucket takes one */
+    float *g = d->stages ? d->grad_shard : d->grad_arena;
+    const size_t n = d->stages ? d->shard_len : d->numel;
+    d->acc_fresh = 1;
     if (ON_DEVICE(d)) {
 #ifdef DDPC_HAVE_CUDA
-        return ddp_cuda_check(d, cudaMemsetAsync(d->grad_arena, 0, d->numel * sizeof(float),
-                                                 (cudaStream_t)d->stream), "cudaMemsetAsync");
+        return ddp_cuda_check(d, cudaMemsetAsync(g, 0, n * sizeof(float), (cudaStream_t)d->stream),
+                              "cudaMemsetAsync");
 #endif
     }
-    memset(d->grad_arena, 0, d->numel * sizeof(float));
+    memset(g, 0, n * sizeof(float));
     return DDPC_OK;
+}
+
+/* Shard grads: wait for bucket b's reduces (issued in order; after a
+ * timeout, quick: do not wait again); the first failure, a timeout named. */
+static ddpc_status_t reduces_wait(ddpc_ddp_t d, int b, int quick)
+{
+    ddp_bucket_t *bk = &d->buckets[b];
+    ddpc_status_t st = DDPC_OK;
+    for (int k = 0; k < bk->rs_n; k++) {
+        ddpc_status_t ws = ddpc_work_wait(bk->rs_work[k], quick || st == DDPC_ERR_TIMEOUT ? 0 : -1);
+        bk->rs_work[k] = NULL;
+        if (ws != DDPC_OK && st == DDPC_OK)
+            st = ddp_err(d, ws, "bucket %d of %d (parameters %d..%d, %zu floats), reduce %d of "
+                         "%d: %s", b, d->nbuckets, bk->first_param, bk->last_param, bk->numel,
+                         k + 1, bk->rs_n, ddpc_last_error(d->rt));
+    }
+    bk->rs_n = 0;
+    return st;
+}
+
+/* Shard grads: take bucket b's stage for this micro-step. The bucket that
+ * held it before must be reduced: if it is still being, wait (a device
+ * engine: the stream waits); if it is not yet launched, the backward took
+ * gradients out of order. Then the bucket's part of the stage is zeroed. */
+static ddpc_status_t stage_take(ddpc_ddp_t d, int b, float **out)
+{
+    ddp_bucket_t *bk = &d->buckets[b];
+    const int k = b % d->nstages;
+    float *s = d->stages + (size_t)k * d->stage_len;
+    *out = s;
+    if (bk->staged)
+        return DDPC_OK;
+    const int h = d->stage_holder[k];
+    if (h >= 0 && h != b && d->buckets[h].staged && !d->buckets[h].launched) {
+        const ddp_bucket_t *hb = &d->buckets[h];
+        *out = NULL;
+        return ddp_err(d, DDPC_ERR_STATE,
+                       "DDPC_SHARD=grads: bucket %d (parameters %d..%d) needs gradient stage %d "
+                       "of %d, which bucket %d (parameters %d..%d) still holds with %d of its "
+                       "parameters not ready. Take each gradient (ddpc_ddp_grad) in the "
+                       "backward's order, after grad_ready of the buckets before it, or raise "
+                       "DDPC_GRAD_STAGES", b, bk->first_param, bk->last_param, k, d->nstages, h,
+                       hb->first_param, hb->last_param, hb->pending);
+    }
+    ddpc_status_t st = h >= 0 ? reduces_wait(d, h, 0) : DDPC_OK;
+    if (st == DDPC_OK && ON_DEVICE(d)) {
+#ifdef DDPC_HAVE_CUDA
+        st = ddp_cuda_check(d, cudaMemsetAsync(s, 0, bk->numel * sizeof(float),
+                                               (cudaStream_t)d->stream), "cudaMemsetAsync");
+#endif
+    } else if (st == DDPC_OK) {
+        memset(s, 0, bk->numel * sizeof(float));
+    }
+    if (st != DDPC_OK) {
+        *out = NULL;
+        return st;
+    }
+    d->stage_holder[k] = b;
+    bk->staged = 1;
+    return DDPC_OK;
+}
+
+float *ddp_stage_take(ddpc_ddp_t d, int b)
+{
+    float *s;
+    return stage_take(d, b, &s) == DDPC_OK ? s : NULL;
+}
+
+/* Shard grads: bucket b's piece [lo, hi) into its owner r's slice. The
+ * owner first puts its own part there (the window's first micro-step
+ * copies it, later ones add it) and reduces in place; the others send from
+ * the stage (or the zero stage, for an untaken bucket under find_unused). */
+static ddpc_status_t reduce_piece(ddpc_ddp_t d, int b, const float *src, size_t lo, size_t hi,
+                                  int r)
+{
+    ddp_bucket_t *bk = &d->buckets[b];
+    const size_t n = hi - lo;
+    float *from = (float *)src + (lo - bk->offset);
+    float *buf = from;
+    if (r == d->rank) {
+        buf = d->grad_shard + (lo - d->shard_off);
+        if (ON_DEVICE(d)) {
+#ifdef DDPC_HAVE_CUDA
+            cudaStream_t s = (cudaStream_t)d->stream;
+            ddpc_status_t st = ddp_cuda_check(
+                d, d->acc_fresh ? cudaMemcpyAsync(buf, from, n * 4, cudaMemcpyDeviceToDevice, s)
+                                : ddpc_cuda_add(buf, from, n, s),
+                "putting a bucket's piece into the slice");
+            if (st)
+                return st;
+#endif
+        } else if (d->acc_fresh) {
+            memcpy(buf, from, n * sizeof(float));
+        } else {
+            for (size_t i = 0; i < n; i++)
+                buf[i] += from[i];
+        }
+    }
+    return ddpc_ireduce(d->comm, buf, buf, n, DDPC_F32, DDPC_SUM, r, &bk->rs_work[bk->rs_n]);
 }
 
 static ddpc_status_t launch(ddpc_ddp_t d, int b)
@@ -121,13 +225,19 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
     ddpc_comm_tag_next(d->comm, tag); /* for the flight recorder */
     if (!d->cfg.overlap) /* launched in the wait on every rank (overlap is agreed at build) */
         ddpc_comm_blocking_next(d->comm);
-    if (d->cfg.shard == DDPC_SHARD_GRADS) {
-        /* ZeRO-2: the bucket's piece in rank r's slice is averaged into rank
+    if (d->stages) {
+        /* ZeRO-2: the bucket's piece in rank r's slice is summed into rank
          * r only, one reduce per rank whose slice the bucket meets (the
          * slices are equal and aligned, the buckets cut at parameters: the
-         * pieces differ in length, so no equal-count reduce-scatter) */
+         * pieces differ in length, so no equal-count reduce-scatter); the
+         * synced wait averages the slice */
         const size_t end = bk->offset + bk->numel;
+        float *src = NULL;
         st = DDPC_OK;
+        if (!bk->staged && d->zero_stage)
+            src = d->zero_stage; /* nothing of it was taken: zeros (find_unused) */
+        else if ((st = stage_take(d, b, &src)) != DDPC_OK)
+            return st;
         bk->rs_n = 0;
         for (size_t lo = bk->offset; st == DDPC_OK && lo < end;) {
             int r;
@@ -136,8 +246,7 @@ static ddpc_status_t launch(ddpc_ddp_t d, int b)
                 ddpc_comm_tag_next(d->comm, tag);
             if (!d->cfg.overlap)
                 ddpc_comm_blocking_next(d->comm);
-            st = ddpc_ireduce(d->comm, d->grad_arena + lo, d->grad_arena + lo, hi - lo, DDPC_F32,
-                              DDPC_AVG, r, &bk->rs_work[bk->rs_n]);
+            st = reduce_piece(d, b, src, lo, hi, r);
             if (st == DDPC_OK)
                 bk->rs_n++;
             lo = hi;
@@ -192,6 +301,11 @@ ddpc_status_t ddpc_ddp_grad_ready(ddpc_ddp_t d, int i)
         return ddp_err(d, DDPC_ERR_INVALID, "grad_ready(%d): no such parameter (have %d)", i,
                        d->nparams);
     ddp_param_t *p = &d->params[i];
+    if (d->stages && !d->buckets[p->bucket].staged)
+        return ddp_err(d, DDPC_ERR_STATE,
+                       "parameter %d \"%s\" marked ready, but its gradient was not taken in this "
+                       "micro-step: with DDPC_SHARD=grads call ddpc_ddp_grad(%d) before writing "
+                       "it (the pointer is a stage's, zeroed for each micro-step)", i, p->name, i);
     if (p->ready)
         return ddp_err(d, DDPC_ERR_STATE,
                        "parameter %d \"%s\" marked ready twice in one step (grad_ready must be "
@@ -200,7 +314,10 @@ ddpc_status_t ddpc_ddp_grad_ready(ddpc_ddp_t d, int i)
     d->step_active = 1;
     ddpc_tl_instant("grad_ready", i);
     d->buckets[p->bucket].pending--;
-    if (d->sync && d->cfg.overlap)
+    /* shard grads reduces every micro-step, and as soon as it can: a
+       complete bucket's stage is wanted back (without overlap, on this
+       thread) */
+    if (d->stages || (d->sync && d->cfg.overlap))
         return launch_ready(d);
     return DDPC_OK;
 }
@@ -215,6 +332,7 @@ static void reset_step(ddpc_ddp_t d)
         d->buckets[b].launched = 0;
         d->buckets[b].work = NULL;
         d->buckets[b].rs_n = 0;
+        d->buckets[b].staged = 0;
     }
     d->next_launch = 0;
     d->step_active = 0;
@@ -384,6 +502,22 @@ int ddp_capturing(ddpc_ddp_t d)
 #endif
 }
 
+/* Shard grads: the slice holds the window's sums; /N as the communicator's
+ * average divides (x / N, or x * (1/N) for a power of two; the device
+ * multiplies). */
+static ddpc_status_t average_slice(ddpc_ddp_t d)
+{
+    if (ON_DEVICE(d)) {
+#ifdef DDPC_HAVE_CUDA
+        return ddp_cuda_check(d, ddpc_cuda_scale(d->grad_shard, d->shard_len, 1.0f / (float)d->size,
+                                                 (cudaStream_t)d->stream),
+                              "averaging the gradient slice");
+#endif
+    }
+    comm_divide(d->grad_shard, d->shard_len, DDPC_F32, d->size);
+    return DDPC_OK;
+}
+
 ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
 {
     if (!d || !d->built)
@@ -391,7 +525,7 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     ddpc_status_t gst = ddp_gather_wait(d, -1); /* the forward's, if it did not wait */
     if (gst)
         return gst;
-    if (!d->sync) {
+    if (!d->sync && !d->stages) {
         reset_step(d); /* accumulation micro-step: gradients stay local */
         return DDPC_OK;
     }
@@ -410,7 +544,9 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
      * engine reads it back at the next wait). */
     int64_t worst = unready;
     ddpc_status_t late = DDPC_OK;
-    if (st == DDPC_OK && !d->cfg.find_unused && d->size > 1) {
+    if (!d->sync) /* shard grads' accumulation micro-step: reduced, not checked */
+        worst = 0;
+    else if (st == DDPC_OK && !d->cfg.find_unused && d->size > 1) {
         if (ddp_capturing(d)) { /* a replay repeats a step the eager steps checked */
             worst = 0;
         } else if (ON_DEVICE(d)) {
@@ -425,18 +561,11 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     for (int b = 0; b < d->nbuckets; b++) {
         ddp_bucket_t *bk = &d->buckets[b];
         /* shard grads: the bucket's reduces, in order */
-        for (int k = 0; k < bk->rs_n; k++) {
-            ddpc_status_t ws = ddpc_work_wait(bk->rs_work[k], st == DDPC_ERR_TIMEOUT ? 0 : -1);
-            bk->rs_work[k] = NULL;
-            if (ws == DDPC_ERR_TIMEOUT)
-                return ddp_err(d, ws, "bucket %d of %d (parameters %d..%d, %zu floats), reduce "
-                               "%d of %d: %s", b, d->nbuckets, bk->first_param, bk->last_param,
-                               bk->numel, k + 1, bk->rs_n, ddpc_last_error(d->rt));
-            if (ws && st == DDPC_OK)
-                st = ddp_err(d, ws, "bucket %d, reduce %d of %d: %s", b, k + 1, bk->rs_n,
-                             ddpc_last_error(d->rt));
-        }
-        bk->rs_n = 0;
+        ddpc_status_t rs = reduces_wait(d, b, st == DDPC_ERR_TIMEOUT);
+        if (rs == DDPC_ERR_TIMEOUT)
+            return rs;
+        if (rs && st == DDPC_OK)
+            st = rs;
         if (!bk->launched || !bk->work)
             continue;
         /* after a timed-out check behind them, the buckets (issued before it, completed
@@ -479,6 +608,11 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     d->comm_s = t1 - d->t_first_launch;
     d->blocked_s = t1 - t0;
     d->avg_pending = st == DDPC_OK && d->fold_step && d->nbuckets > 0;
+    if (st == DDPC_OK && d->stages) { /* the window's sums in the slice: averaged when synced */
+        d->acc_fresh = d->sync;
+        if (d->sync && d->size > 1)
+            st = average_slice(d);
+    }
     if (st == DDPC_OK && late != DDPC_OK)
         st = late;
     if (st == DDPC_OK && worst > 0 && !d->cfg.find_unused) {
@@ -496,7 +630,7 @@ ddpc_status_t ddpc_ddp_wait(ddpc_ddp_t d)
     }
     reset_step(d);
     /* rank 0's buffers everywhere before the next forward (broadcast_buffers) */
-    if (st == DDPC_OK && d->cfg.broadcast_buffers && d->nbufs)
+    if (st == DDPC_OK && d->sync && d->cfg.broadcast_buffers && d->nbufs)
         st = ddpc_ddp_broadcast_buffers(d);
     ddpc_tl_span("ddp wait", t_wait, -1);
     return st;

@@ -359,6 +359,33 @@ EMU_API cudaError_t ddpc_cuda_scale(float *x, size_t n, float scale, cudaStream_
     return emu_last_error();
 }
 
+typedef struct {
+    float *y;
+    const float *x;
+    size_t n;
+} add_t;
+
+static void run_add(void *arg)
+{
+    const add_t *a = arg;
+    for (size_t i = 0; i < a->n; i++)
+        a->y[i] += a->x[i];
+}
+
+EMU_API cudaError_t ddpc_cuda_add(float *y, const float *x, size_t n, cudaStream_t stream)
+{
+    if (n == 0)
+        return emu_last_error();
+    if (!y || !x)
+        return cudaErrorInvalidValue;
+    if (emu_check(y, n * 4, EMU_DEVICE, "ddpc_cuda_add", "y") ||
+        emu_check(x, n * 4, EMU_DEVICE, "ddpc_cuda_add", "x"))
+        return emu_last_error();
+    add_t a = {y, x, n};
+    emu_launch(stream, "ddpc_cuda_add", run_add, &a, sizeof a);
+    return emu_last_error();
+}
+
 /* ------------------------------------------------------- synchronized batch norm */
 
 typedef struct {
