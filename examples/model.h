@@ -131,6 +131,13 @@ typedef struct {
      * step's end). */
     model_grad_ready_fn param_use;
     void *param_use_ctx;
+    /* Where the backward writes (adds) parameter index's gradient in this
+     * micro-step (the index as grad_ready's), asked with param_use_ctx just
+     * before each write, in the backward's order: the trainer passes it on
+     * to ddpc_ddp_grad, whose pointer under DDPC_SHARD=grads is a bucket
+     * stage's, zeroed for the micro-step. NULL from it fails the backward
+     * (positive return: the engine's message). NULL: the views of grads. */
+    float *(*grad_at)(void *ctx, int index);
 } model_place_t;
 
 /* Since the last stats call: what the forwards measured. */

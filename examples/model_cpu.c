@@ -61,6 +61,7 @@ struct model {
     ddpc_comm_t bn_comm;                    /* sync: the data-parallel group */
     model_grad_ready_fn use;                /* model_place_t's param_use, and its ctx */
     void *use_ctx;
+    float *(*grad_at)(void *ctx, int index); /* model_place_t's (its ctx: use_ctx) */
     float *bn_work;                         /* its ddpc_batchnorm_workspace; then 2 * widest */
     model_stats_t st;                       /* since the last stats call */
     char err[256];
@@ -170,19 +171,20 @@ static model_t *cpu_create(const model_spec_t *s, const model_place_t *where, in
     m->bn_comm = where ? (ddpc_comm_t)where->bn_comm : NULL;
     m->use = where ? where->param_use : NULL;
     m->use_ctx = where ? where->param_use_ctx : NULL;
+    m->grad_at = where ? where->grad_at : NULL;
     size_t off = 0, widest = 0, boff = 0;
     int ok = 1;
     for (int l = m->first; l < m->end; l++) {
         size_t in = (size_t)model_layer_in(s, l), out = (size_t)model_layer_out(s, l);
         m->W[l] = params + off;
-        m->dW[l] = grads + off;
+        m->dW[l] = grads ? grads + off : NULL; /* NULL: taken by grad_at */
         off += out * in;
         m->b[l] = params + off;
-        m->db[l] = grads + off;
+        m->db[l] = grads ? grads + off : NULL;
         off += out;
         if (model_layer_bn(s, l)) {
-            m->gamma[l] = params + off, m->dgamma[l] = grads + off;
-            m->beta[l] = params + off + out, m->dbeta[l] = grads + off + out;
+            m->gamma[l] = params + off, m->dgamma[l] = grads ? grads + off : NULL;
+            m->beta[l] = params + off + out, m->dbeta[l] = grads ? grads + off + out : NULL;
             off += 2 * out;
             m->rmean[l] = where->buffers + boff;
             m->rvar[l] = where->buffers + boff + out;
@@ -433,6 +435,16 @@ static int cpu_params_io(model_t *m, float *host, int to_model)
 
 static const char *cpu_error(model_t *m) { return m->err; }
 
+/* Before the backward writes layer l's parameter `kind`'s gradient: where
+ * the engine wants it in this micro-step (grad_at), or the view as it is.
+ * Nonzero when the engine gave no pointer (its message says why). */
+static int take_grad(model_t *m, float **view, int l, int kind, int p0)
+{
+    if (m->grad_at)
+        *view = m->grad_at(m->use_ctx, model_param_index(&m->spec, l, kind) - p0);
+    return *view == NULL;
+}
+
 static int cpu_backward(model_t *m, double scale, model_grad_ready_fn cb, void *ctx)
 {
     const int B = m->B, C = m->spec.classes;
@@ -457,6 +469,9 @@ static int cpu_backward(model_t *m, double scale, model_grad_ready_fn cb, void *
         const int in = model_layer_in(s, l), out = model_layer_out(s, l);
         int rc;
         if (model_layer_bn(s, l)) { /* d: dloss/dy -> dloss/dz */
+            if (take_grad(m, &m->dbeta[l], l, MODEL_P_BN_BIAS, p0) ||
+                take_grad(m, &m->dgamma[l], l, MODEL_P_BN_WEIGHT, p0))
+                return 1;
             if (bn_backward(m, l, d, B, out))
                 return -1;
             rc = cb ? cb(ctx, model_param_index(s, l, MODEL_P_BN_BIAS) - p0) : 0;
@@ -465,11 +480,15 @@ static int cpu_backward(model_t *m, double scale, model_grad_ready_fn cb, void *
                 return rc;
         }
         /* db += sum over the batch of d */
+        if (take_grad(m, &m->db[l], l, MODEL_P_BIAS, p0))
+            return 1;
         add_rows(m->db[l], d, B, out);
         rc = cb ? cb(ctx, model_param_index(s, l, MODEL_P_BIAS) - p0) : 0;
         if (rc)
             return rc;
         /* dW += d^T act[l]: (out, B) x (B, in) */
+        if (take_grad(m, &m->dW[l], l, MODEL_P_WEIGHT, p0))
+            return 1;
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, d, out, m->act[l],
                     in, 1.0f, m->dW[l], in);
         rc = cb ? cb(ctx, model_param_index(s, l, MODEL_P_WEIGHT) - p0) : 0;

@@ -96,6 +96,7 @@ enum { FUSE_FWD = 1, FUSE_DX = 2, FUSE_BGRAD = 4, FUSE_ALL = 7 };
 
 typedef struct {
     int used, layer, kind, B, epi;
+    uint32_t align[3];         /* of A, B and D: the heuristic was told them */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -199,12 +200,6 @@ static const void *fwd_bias(model_t *m, int l)
            (size_t)model_layer_out(&m->spec, l) * (size_t)model_layer_in(&m->spec, l);
 }
 
-static float *dW_of(model_t *m, int l) { return m->grads + layer_offset(m, l); }
-
-static float *db_of(model_t *m, int l)
-{
-    return dW_of(m, l) + (size_t)model_layer_out(&m->spec, l) * (size_t)model_layer_in(&m->spec, l);
-}
 
 /* a BN layer's gamma and beta (fp32: the arena itself), dgamma and dbeta,
    its running mean, var and count in the buffer arena */
@@ -213,7 +208,26 @@ static float *gamma_of(model_t *m, int l)
     return m->params + layer_offset(m, l) +
            (size_t)model_layer_out(&m->spec, l) * ((size_t)model_layer_in(&m->spec, l) + 1);
 }
-static float *dgamma_of(model_t *m, int l) { return m->grads + (gamma_of(m, l) - m->params); }
+/* Where the backward writes layer l's parameter `kind`'s gradient (MODEL_P_*):
+ * the engine's pointer for this micro-step (where.grad_at, asked just before
+ * each write, in the backward's order), or the arena's. NULL where the engine
+ * gave none: the backward then fails with a positive return (the engine's
+ * message). */
+static float *grad_of(model_t *m, int l, int kind)
+{
+    const model_spec_t *sp = &m->spec;
+    if (m->where.grad_at)
+        return m->where.grad_at(m->where.param_use_ctx,
+                                model_param_index(sp, l, kind) -
+                                    model_param_index(sp, m->first, MODEL_P_WEIGHT));
+    const size_t wn = (size_t)model_layer_out(sp, l) * (size_t)model_layer_in(sp, l);
+    switch (kind) {
+    case MODEL_P_WEIGHT: return m->grads + layer_offset(m, l);
+    case MODEL_P_BIAS: return m->grads + layer_offset(m, l) + wn;
+    case MODEL_P_BN_WEIGHT: return m->grads + (gamma_of(m, l) - m->params);
+    default: return m->grads + (gamma_of(m, l) - m->params) + model_layer_out(sp, l);
+    }
+}
 static float *rmean_of(model_t *m, int l)
 {
     size_t off = 0;
@@ -261,10 +275,13 @@ typedef struct {
  * bitwise repeatable, and is told the real pointer alignments. */
 static plan_t *plan_for(model_t *m, const gemm_t *g, int B)
 {
+    /* the alignments are part of the key: a gradient written into a bucket
+       stage (DDPC_SHARD=grads) is not where the arena's would be */
+    const uint32_t aa = mk_align_of(g->A), ab = mk_align_of(g->Bm), ad = mk_align_of(g->D);
     for (int i = 0; i < PLANS; i++) {
         plan_t *p = &m->plans[i];
         if (p->used && p->layer == g->layer && p->kind == g->kind && p->B == B &&
-            p->epi == (int)g->epi)
+            p->epi == (int)g->epi && p->align[0] == aa && p->align[1] == ab && p->align[2] == ad)
             return p;
     }
     plan_t *p = &m->plans[m->next_plan];
@@ -301,7 +318,6 @@ static plan_t *plan_for(model_t *m, const gemm_t *g, int B)
     if (ok) {
         uint64_t wsb = WORKSPACE;
         uint32_t red = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_INPLACE;
-        uint32_t aa = mk_align_of(g->A), ab = mk_align_of(g->Bm), ad = mk_align_of(g->D);
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
                                              sizeof wsb);
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
@@ -339,6 +355,9 @@ static plan_t *plan_for(model_t *m, const gemm_t *g, int B)
     p->kind = g->kind;
     p->B = B;
     p->epi = (int)g->epi;
+    p->align[0] = aa;
+    p->align[1] = ab;
+    p->align[2] = ad;
     return p;
 }
 
@@ -688,13 +707,13 @@ static gemm_t fwd_gemm(model_t *m, int l, const void *a, int fuse)
     return g;
 }
 
-/* The weight-gradient GEMM of layer l: dW += a * op_T(d), float32 into the arena */
+/* The weight-gradient GEMM of layer l: dW += a * op_T(d), float32 into dW */
 static gemm_t dw_gemm(model_t *m, int l, const void *a, const void *d, cudaDataType_t dtype,
-                      int fuse)
+                      float *dW, int fuse)
 {
     const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
     gemm_t g = gemm_of(l, G_DW, CUBLAS_OP_N, CUBLAS_OP_T, in, out, 0, a, m->ctype, in, d, dtype,
-                       out, dW_of(m, l), CUDA_R_32F, in, 1.0f);
+                       out, dW, CUDA_R_32F, in, 1.0f);
     if ((fuse & FUSE_BGRAD) && l == m->nlayers - 1) { /* the last bias gradient, float32 */
         g.epi = CUBLASLT_EPILOGUE_BGRADB;
         g.bias = m->bscratch;
@@ -741,7 +760,9 @@ static int fused_offered(model_t *m, int B, char *why, size_t n)
         int bit[3] = {FUSE_FWD, FUSE_BGRAD, FUSE_DX};
         g[0] = fwd_gemm(m, l, a, FUSE_ALL);
         g[0].N = B;
-        g[1] = dw_gemm(m, l, a, d, dt, FUSE_ALL);
+        /* the arena's gradient, or (DDPC_SHARD=grads: no arena) none: the
+           plans of the real pointers are made at their first use */
+        g[1] = dw_gemm(m, l, a, d, dt, m->grads ? m->grads + layer_offset(m, l) : NULL, FUSE_ALL);
         g[1].K = B;
         /* layer 0 has no data gradient; a stage's first layer's is plain */
         const int ng = l > m->first ? 3 : 2;
@@ -786,14 +807,19 @@ static int bn_forward(model_t *m, int l, float *z, int B)
 }
 
 /* Backward of layer l's BatchNorm1d and ReLU: d (B, out) from dloss/drelu
- * to dloss/dz in place; dgamma, dbeta, then the fc bias gradient */
+ * to dloss/dz in place; dgamma, dbeta, then the fc bias gradient. -1: the
+ * model failed; 1: the engine gave no gradient pointer. */
 static int bn_backward(model_t *m, int l, float *d, int B)
 {
     const int C = model_layer_out(&m->spec, l);
     const float *is = m->bstat[l] + 2 * C, *gamma = gamma_of(m, l);
-    float *dg = dgamma_of(m, l);
+    float *dbeta = grad_of(m, l, MODEL_P_BN_BIAS);
+    float *dg = dbeta ? grad_of(m, l, MODEL_P_BN_WEIGHT) : NULL;
+    float *db = dg ? grad_of(m, l, MODEL_P_BIAS) : NULL;
+    if (!db)
+        return 1;
     ddpc_comm_t comm = (ddpc_comm_t)m->where.bn_comm;
-    if (cu(m, mk_bn_backward_sums(d, (const float *)m->act[l], m->xhat[l], B, C, dg, dg + C,
+    if (cu(m, mk_bn_backward_sums(d, (const float *)m->act[l], m->xhat[l], B, C, dg, dbeta,
                                   m->bn_sums, m->s), "batchnorm backward kernel"))
         return -1;
     if (comm && ddpc_allreduce(comm, m->bn_sums, m->bn_sums, 2 * (size_t)C, DDPC_F32, DDPC_SUM) !=
@@ -802,7 +828,7 @@ static int bn_backward(model_t *m, int l, float *d, int B)
     if (cu(m, mk_bn_backward_dx(d, m->xhat[l], B, C, gamma, is, m->bn_sums,
                                 comm ? m->bn_total : NULL, m->s), "batchnorm backward kernel"))
         return -1;
-    return launch_bias_grad(m, d, NULL, CUDA_R_32F, C, B, db_of(m, l));
+    return launch_bias_grad(m, d, NULL, CUDA_R_32F, C, B, db);
 }
 
 static void cuda_set_train(model_t *m, int train) { m->train = train; }
@@ -872,8 +898,10 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
            the next stage sent (scaled there); layer end-1's ReLU gradient
            and bias gradient as the whole model's unfused data-gradient step */
         const int l = m->end - 1;
-        if (launch_bias_grad(m, m->gout, m->act[l], m->ctype, model_layer_out(&m->spec, l), B,
-                             db_of(m, l)))
+        float *db = grad_of(m, l, MODEL_P_BIAS);
+        if (!db)
+            return 1;
+        if (launch_bias_grad(m, m->gout, m->act[l], m->ctype, model_layer_out(&m->spec, l), B, db))
             return -1;
         d = m->gout;
         dt = m->ctype;
@@ -904,13 +932,20 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
         const int in = model_layer_in(&m->spec, l), out = model_layer_out(&m->spec, l);
         const int last = l == m->nlayers - 1;
         const void *a = stage_input(m, l, k);
-        gemm_t g = dw_gemm(m, l, a, d, dt, m->fuse);
+        /* the last layer's bias gradient is written here, after its weight's,
+           but taken first: the backward's order (a bias's bucket is not after
+           its weight's) */
+        float *db = last ? grad_of(m, l, MODEL_P_BIAS) : NULL;
+        float *dW = !last || db ? grad_of(m, l, MODEL_P_WEIGHT) : NULL;
+        if (!dW)
+            return 1;
+        gemm_t g = dw_gemm(m, l, a, d, dt, dW, m->fuse);
         g.K = B;
         int fused;
         if (gemm_or_plain(m, &g, B, &fused))
             return -1;
-        if (last && (fused ? launch_bias_add(m, db_of(m, l), m->bscratch, CUDA_R_32F, out)
-                           : launch_bias_grad(m, (void *)d, NULL, dt, out, B, db_of(m, l))))
+        if (last && (fused ? launch_bias_add(m, db, m->bscratch, CUDA_R_32F, out)
+                           : launch_bias_grad(m, (void *)d, NULL, dt, out, B, db)))
             return -1;
         /* layer l's bias is complete (the last: here; the others: at layer
            l+1, or from gout at a stage's last layer) */
@@ -943,10 +978,18 @@ static int cuda_backward(model_t *m, double scale, model_grad_ready_fn cb, void 
         g.N = B;
         if (gemm_or_plain(m, &g, B, &fused))
             return -1;
-        if (model_layer_bn(sp, l - 1) ? bn_backward(m, l - 1, (float *)dprev, B)
-            : fused ? launch_bias_add(m, db_of(m, l - 1), m->bscratch, m->ctype, in)
-                    : launch_bias_grad(m, dprev, m->act[l - 1], m->ctype, in, B, db_of(m, l - 1)))
-            return -1;
+        if (model_layer_bn(sp, l - 1)) {
+            int brc = bn_backward(m, l - 1, (float *)dprev, B);
+            if (brc)
+                return brc;
+        } else {
+            float *dbp = grad_of(m, l - 1, MODEL_P_BIAS);
+            if (!dbp)
+                return 1;
+            if (fused ? launch_bias_add(m, dbp, m->bscratch, m->ctype, in)
+                      : launch_bias_grad(m, dprev, m->act[l - 1], m->ctype, in, B, dbp))
+                return -1;
+        }
         d = dprev;
         dt = m->ctype;
         ping ^= 1;

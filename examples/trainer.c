@@ -192,6 +192,10 @@ static int param_use(void *ctx, int p)
     return ddpc_ddp_param_wait((ddpc_ddp_t)ctx, p) != DDPC_OK;
 }
 
+/* where the backward writes parameter p's gradient in this micro-step (a
+   bucket stage's under DDPC_SHARD=grads) */
+static float *grad_at(void *ctx, int p) { return ddpc_ddp_grad((ddpc_ddp_t)ctx, p); }
+
 /* Register the model's parameters, build the engine, initialize on rank 0
  * and broadcast, create the optimizer and the device's model. */
 static int build_model(trainer_t *t)
@@ -226,8 +230,9 @@ static int start_model(trainer_t *t)
 {
     const options_t *o = &t->opt;
     float *params = ddpc_ddp_params(t->ddp, &t->nparams);
-    size_t ng;
-    float *grads = ddpc_ddp_grads(t->ddp, &ng);
+    /* the whole gradient arena, NULL under DDPC_SHARD=grads: the models
+       take each gradient's pointer as they write it (grad_at) */
+    float *grads = ddpc_ddp_grads(t->ddp, NULL);
     ddpc_optim_config_t oc = DDPC_OPTIM_CONFIG_INIT;
     oc.type = (ddpc_optim_type_t)o->optimizer;
     oc.lr = o->lr;
@@ -248,7 +253,7 @@ static int start_model(trainer_t *t)
     int max_batch = o->batch_size > EVAL_BATCH ? o->batch_size : EVAL_BATCH;
     model_place_t where = {t->gpu, t->stream, o->precision,
                            ddpc_optim_loss_scale_device(t->optim), 0, 0, NULL, NULL,
-                           param_use, t->ddp};
+                           param_use, t->ddp, grad_at};
     if (o->model.batchnorm) { /* the buffers' initial values on every rank (a pure function) */
         size_t nb = 0;
         where.buffers = ddpc_ddp_buffers(t->ddp, &nb);

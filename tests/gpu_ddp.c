@@ -132,7 +132,8 @@ typedef struct {
     const char *name;
     ddpc_optim_type_t type;
     ddpc_dtype_t compress; /* DDPC_F32: none */
-    int unused;            /* "w.1" never ready, find_unused on */
+    int unused;            /* find_unused on, a parameter never ready: 1 "w.1", 2 "w.0" (a
+                              bucket of its own) */
     double tol;            /* against the reference (float32 gradients, always) */
     int ckpt;              /* checkpoint round trip after training */
     ddpc_shard_t shard;    /* DDPC_SHARD_NONE runs first: the sharded runs' yardstick */
@@ -153,6 +154,9 @@ static const run_t runs[] = {
      DDPC_SHARD_OPTIM, 1},
     {"sgd, DDPC_SHARD=grads, gathered in the forward", DDPC_OPTIM_SGD, DDPC_F32, 0, 1e-5, 0,
      DDPC_SHARD_GRADS, 1},
+    /* w.0 is a bucket of its own: never taken, reduced from the zero stage */
+    {"sgd, DDPC_SHARD=grads, find_unused with w.0 unused", DDPC_OPTIM_SGD, DDPC_F32, 2, 1e-5, 0,
+     DDPC_SHARD_GRADS, 0},
 };
 
 /* The forward's reads of the parameters (a download, in parameter order):
@@ -273,7 +277,7 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
     dc.first_bucket_bytes = 512;
     dc.bucket_bytes = 1500;
     dc.compress = run->compress;
-    dc.find_unused = run->unused;
+    dc.find_unused = run->unused != 0;
     dc.shard = run->shard;
     dc.shard_gather = run->forward ? DDPC_GATHER_FORWARD : DDPC_GATHER_STEP;
     if (on_host && run->forward) /* a host engine gathers in the forward where it overlaps */
@@ -303,7 +307,21 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
     EXPECT_EQ_INT(ddpc_ddp_device(d), device);
 
     size_t n;
-    float *dp = ddpc_ddp_params(d, &n), *dg = ddpc_ddp_grads(d, NULL);
+    float *dp = ddpc_ddp_params(d, &n);
+    /* the averaged gradients this rank holds: all, or its slice (grads) */
+    size_t goff, gn;
+    const float *dg = ddpc_ddp_grad_slice(d, &goff, &gn);
+    if (run->shard == DDPC_SHARD_GRADS) { /* 1/N of the gradients, and the stages */
+        size_t big = 0, bo, bn, L = ((n + (size_t)size - 1) / (size_t)size + 15) / 16 * 16;
+        const int nb = ddpc_ddp_num_buckets(d);
+        for (int b = 0; b < nb; b++)
+            if (ddpc_ddp_bucket(d, b, &bo, &bn) == DDPC_OK && bn > big)
+                big = bn;
+        big = (big + 15) / 16 * 16;
+        EXPECT_EQ_INT(ddpc_ddp_grad_bytes(d), (L + (size_t)((nb < 2 ? nb : 2) + !!run->unused) * big) * 4);
+        if (ddpc_ddp_grads(d, NULL))
+            FAILF("DDPC_SHARD=grads: ddpc_ddp_grads gave an arena");
+    }
     float *hp = halloc(n * 4), *hg = halloc(n * 4);
     float *rp = halloc(n * 4), *rg = halloc(n * 4), *rm = halloc(n * 4), *rv = halloc(n * 4);
     init_params(hp, n, rank);
@@ -340,7 +358,8 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
         EXPECT_EQ_INT(slen, n);
     }
 
-    const int skip = run->unused ? ddpc_ddp_find_param(d, "w.1") : -1;
+    const char *skip_name = run->unused == 2 ? "w.0" : "w.1";
+    const int skip = run->unused ? ddpc_ddp_find_param(d, skip_name) : -1;
     ddpc_param_info_t skip_info;
     memset(&skip_info, 0, sizeof skip_info);
     if (skip >= 0)
@@ -373,13 +392,15 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
             want[i] = (float)(t + 2) + (float)i;
         if (memcmp(hbuf, want, sizeof hbuf))
             FAILF("step %d: buffers after the wait are not rank 0's", t);
-        download(hg, dg, n * 4);
+        memset(hg, 0, n * 4);
+        download(hg + goff, dg, gn * 4);
         snprintf(what, sizeof what, "averaged gradients of step %d", t);
-        if (run->shard != DDPC_SHARD_GRADS) /* ZeRO-2: only this rank's slice is averaged */
+        if (run->shard != DDPC_SHARD_GRADS) /* ZeRO-2: each rank holds its slice */
             EXPECT_SAME_ON_ALL_RANKS(what, hg, n * 4);
         for (size_t i = skip_info.offset; skip >= 0 && i < skip_info.offset + skip_info.numel; i++)
             if (hg[i] != 0.0f) {
-                FAILF("step %d: gradient %zu of unused \"w.1\" is %g, expected 0", t, i, hg[i]);
+                FAILF("step %d: gradient %zu of unused \"%s\" is %g, expected 0", t, i, skip_name,
+                      hg[i]);
                 break;
             }
         OK_D(d, ddpc_optim_step(opt, NULL));
@@ -413,7 +434,7 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
         unsharded_params[ty] = halloc(n * 4);
         memcpy(unsharded_params[ty], hp, n * 4);
         unsharded_norm[ty] = norm;
-    } else if (run->shard != DDPC_SHARD_NONE) {
+    } else if (run->shard != DDPC_SHARD_NONE && !run->unused) {
         if (!unsharded_params[ty])
             FAILF("no unsharded %s run before this one", ddpc_optim_name(run->type));
         else if (run->shard == DDPC_SHARD_OPTIM)
