@@ -362,8 +362,14 @@ def main():
     sb = kv_line(os.path.join(out, "shard_bench.txt"), "shard_summary")
     if sb:
         say("DDPC_SHARD (bench/shard_bench.py, the table in shard_bench.txt): samples/s over "
-            "unsharded, RSS saved and optimizer state per rank: " + " ".join(
+            "unsharded, RSS saved, optimizer state and gradients per rank: " + " ".join(
                 f"{k}={v}" for k, v in sb.items()))
+    sd = kv_line(os.path.join(out, "shard_deep_bench.txt"), "shard_deep_summary")
+    if sd:
+        say("DDPC_SHARD=grads on a deep MLP (32 hidden layers of 256) with 0.5 MiB buckets, "
+            "where its gradients shrink (the table in shard_deep_bench.txt): " + " ".join(
+                f"{k}={v}" for k, v in sd.items()))
+        sb = dict(sb or {}, deep=sd)
     targets(say, summary, dd)
     if a.wall_s is not None:
         say(f"(the whole bench took {a.wall_s / 60:.1f} min; raw runs in {out}/runs, "
@@ -387,6 +393,7 @@ def targets(say, summary, dd):
     spread, and whether the median meets it. Printed, never judged: the exit status
     does not depend on them."""
     rows = []
+    dd = dd or {}  # the ddp part may not have run (BENCH_PARTS)
     mlp = summary.get("mlp.np2", {})
     tr = mlp.get("impls", {}).get("trainer", {})
     if tr.get("of_bound") and mlp.get("bound_samples_per_s"):

@@ -19,14 +19,17 @@ median of the last third of the samples (training: the data set's load,
 whose peak hides everything else, is over by then). The report gives,
 per setting: samples/s median (min..max) and its ratio to none in the same
 repeat, the training RSS per rank (median over ranks and repeats) and its
-difference to none, and the optimizer state per rank that the engine's log
-line gives (floats [a, b) here, times 2 for AdamW), against the unsharded
-state. Timings and sizes are printed, never judged: the exit status is 1
+difference to none, and the optimizer state and the gradient memory per
+rank that the engine's log line gives (floats [a, b) here, times 2 for
+AdamW; with grads the slice plus its bucket stages), against the
+unsharded ones. Timings and sizes are printed, never judged: the exit status is 1
 only when a run fails.
 
 Environment: NP=2 REPEATS=3 STEPS=150 HIDDEN=1024,1024 BATCH=64 THREADS=1
 DATA=/usr/share/datasets/fashion-mnist TRAINER=./trainer MPIEXEC=mpiexec
 MPIEXEC_FLAGS= BENCH_OUT=bench-out RUN_TIMEOUT=600
+SETTINGS=none,optim,optim/forward,grads (none first) BUCKET_MB= (the engine's)
+NAME=shard_bench (the report's name, and its summary line's prefix)
 """
 import os
 import re
@@ -54,7 +57,9 @@ MPIEXEC = env("MPIEXEC", "mpiexec")
 FLAGS = shlex.split(env("MPIEXEC_FLAGS", ""))
 OUT = env("BENCH_OUT", "bench-out")
 TIMEOUT = int(env("RUN_TIMEOUT", "600"))
-SETTINGS = ("none", "optim", "optim/forward", "grads")
+SETTINGS = tuple(env("SETTINGS", "none,optim,optim/forward,grads").split(","))
+BUCKET_MB = env("BUCKET_MB", "")  # DDPC_BUCKET_MB for every run ("": the engine's 25)
+NAME = env("NAME", "shard_bench")  # the report: $BENCH_OUT/$NAME.txt
 LOG = None
 
 
@@ -105,6 +110,8 @@ def watch(cmd):
 def run(setting, rep):
     shard, _, gather = setting.partition("/")
     e = dict(os.environ, DDPC_SHARD=shard, DDPC_LOG_LEVEL="info")
+    if BUCKET_MB:
+        e["DDPC_BUCKET_MB"] = BUCKET_MB
     if gather:
         e["DDPC_SHARD_GATHER"] = gather
         if gather == "forward":  # in effect only where the engine overlaps
@@ -126,15 +133,24 @@ def run(setting, rep):
     here = re.findall(r"sharded \(floats \[(\d+), (\d+)\) here[,)]", out)
     numel = int(ne.group(1)) if ne else 0
     slice_len = max((int(b) - int(a) for a, b in here), default=numel)
-    return float(m.group(1)), rss, numel, slice_len
+    # the gradient memory per rank: the arena (padded to whole slices when
+    # sharded), or with grads the slice and the bucket stages
+    st = re.search(r"gradients through (\d+) stages? of (\d+) floats", out)
+    grad = (slice_len + int(st.group(1)) * int(st.group(2)) if st
+            else slice_len * NP if here else numel)
+    return float(m.group(1)), rss, numel, slice_len, grad
 
 
 def main():
     global LOG
     os.makedirs(OUT, exist_ok=True)
-    LOG = open(os.path.join(OUT, "shard_bench.txt"), "w")
-    p("shard_bench: trainer mlp 784-%s-10, adamw, %d ranks, %d steps, batch %s; DDPC_SHARD "
+    LOG = open(os.path.join(OUT, NAME + ".txt"), "w")
+    if SETTINGS[0] != "none":
+        p("SETTINGS must start with none (the yardstick), not %s" % SETTINGS[0])
+        return 1
+    p("shard_bench: trainer mlp 784-%s-10, adamw, %d ranks, %d steps, batch %s%s; DDPC_SHARD "
       "%s interleaved, %d repeats" % (HIDDEN.replace(",", "-"), NP, STEPS, BATCH,
+                                      ", DDPC_BUCKET_MB=" + BUCKET_MB if BUCKET_MB else "",
                                       ", ".join(SETTINGS), REPEATS))
     sps = {s: [] for s in SETTINGS}
     rss = {s: [] for s in SETTINGS}
@@ -143,10 +159,10 @@ def main():
     for k in range(REPEATS):
         line = []
         for s in SETTINGS:
-            v, r, numel, slice_len = run(s, k)
+            v, r, numel, slice_len, grad = run(s, k)
             sps[s].append(v)
             rss[s].extend(r)
-            state[s] = (numel, slice_len)
+            state[s] = (numel, slice_len, grad)
             ratio[s].append(v / sps["none"][-1])
             line.append("%s %.0f samples/s (x%.3f), RSS %s MiB" % (
                 s, v, ratio[s][-1], "/".join("%.1f" % (x / 1024) for x in r)))
@@ -154,26 +170,32 @@ def main():
     base_rss = statistics.median(rss["none"])
     numel = state["none"][0]
     p("| DDPC_SHARD | samples/s median (min..max) | / none median (min..max) | training RSS per "
-      "rank, MiB | - none, MiB | optimizer state per rank, MiB (of unsharded) |")
-    p("| --- | --- | --- | --- | --- | --- |")
+      "rank, MiB | - none, MiB | optimizer state per rank, MiB (of unsharded) | gradients "
+      "per rank, MiB (of unsharded) |")
+    p("| --- | --- | --- | --- | --- | --- | --- |")
     kv = []
     for s in SETTINGS:
         med = statistics.median(rss[s])
         st = 2 * state[s][1] * 4 / 2**20
-        p("| %s | %.0f (%.0f..%.0f) | %.3f (%.3f..%.3f) | %.1f | %+.1f | %.2f (%.2f) |" % (
+        gm = state[s][2] * 4 / 2**20
+        p("| %s | %.0f (%.0f..%.0f) | %.3f (%.3f..%.3f) | %.1f | %+.1f | %.2f (%.2f) | %.2f (%.2f) |" % (
             s, statistics.median(sps[s]), min(sps[s]), max(sps[s]), statistics.median(ratio[s]),
             min(ratio[s]), max(ratio[s]), med / 1024, (med - base_rss) / 1024, st,
-            st / (2 * numel * 4 / 2**20) if numel else 0))
+            st / (2 * numel * 4 / 2**20) if numel else 0, gm,
+            gm / (numel * 4 / 2**20) if numel else 0))
         if s != "none":
             k = s.replace("/", "_")
-            kv.append("%s_speed=%.3f %s_rss_saved_mib=%.1f %s_state_mib=%.2f" % (
-                k, statistics.median(ratio[s]), k, (base_rss - med) / 1024, k, st))
-    fw = [a / b for a, b in zip(sps["optim/forward"], sps["optim"])]
-    p("optim/forward (gathered in the forward) / optim (as resolved here), same "
-      "repeat: median %.3f (%.3f..%.3f)" % (statistics.median(fw), min(fw), max(fw)))
-    p("shard_summary ranks=%d params=%d state_unsharded_mib=%.2f %s forward_vs_step=%.3f "
-      "repeats=%d" % (NP, numel, 2 * numel * 4 / 2**20, " ".join(kv), statistics.median(fw),
-                      REPEATS))
+            kv.append("%s_speed=%.3f %s_rss_saved_mib=%.1f %s_state_mib=%.2f %s_grads_mib=%.2f" % (
+                k, statistics.median(ratio[s]), k, (base_rss - med) / 1024, k, st, k, gm))
+    fw = [a / b for a, b in zip(sps.get("optim/forward", []), sps.get("optim", []))]
+    if fw:
+        p("optim/forward (gathered in the forward) / optim (as resolved here), same "
+          "repeat: median %.3f (%.3f..%.3f)" % (statistics.median(fw), min(fw), max(fw)))
+        kv.append("forward_vs_step=%.3f" % statistics.median(fw))
+    # shard_bench -> shard_summary, shard_deep_bench -> shard_deep_summary
+    p("%s_summary ranks=%d params=%d state_unsharded_mib=%.2f grads_unsharded_mib=%.2f %s "
+      "repeats=%d" % (NAME.replace("_bench", ""), NP, numel, 2 * numel * 4 / 2**20,
+                      numel * 4 / 2**20, " ".join(kv), REPEATS))
     return 0
 
 

@@ -26,8 +26,10 @@
 #          BENCH_OUT/timeline.png (TL_REPEATS, TL_STEPS)
 #   shard  bench/shard_bench.py: the trainer (AdamW) under DDPC_SHARD=none,
 #          optim and grads, interleaved: samples/s as ratios to none, the
-#          training RSS per rank and the optimizer state per rank
-#          (SH_REPEATS, SH_STEPS)
+#          training RSS per rank, the optimizer state and the gradients per
+#          rank; then none and grads on a deep MLP (32 hidden layers of 256,
+#          0.5 MiB buckets), where ZeRO-2's gradients shrink (SH_REPEATS,
+#          SH_STEPS)
 # then bench/plot.py: a markdown table on stdout, BENCH_OUT/bench.json (all
 # raw runs and the summary) and PNG plots, ending with the CPU engine's
 # targets (issue 24: the MLP's share of the SGEMM bound, the linear model
@@ -381,6 +383,19 @@ if has shard; then
     printf 'shard\tshard.1\tshard\tshard_bench\t2\t1\t0\t-\t-\t%s\t%s\tshard_bench.txt\n' \
         "$rc" "$((SECONDS - t0))" >> "$INDEX"
     [ "$rc" -eq 0 ] || { say "shard_bench.py failed (exit $rc)"; failed=1; }
+    # ZeRO-2's gradients are the slice plus two stages of the largest bucket:
+    # 1/N needs buckets small against the model, so a deep MLP (32 hidden
+    # layers of 256, 0.5 MiB buckets) besides the wide one above
+    say "shard: deep MLP, none and grads (in $BENCH_OUT/shard_deep_bench.txt)"
+    t0=$SECONDS
+    NP=2 REPEATS=${SH_REPEATS:-$(q 1 3)} STEPS=${SH_STEPS:-$(q 60 150)} TRAINER=$TRAINER DATA=$DATA \
+        HIDDEN=$(printf '256,%.0s' $(seq 31))256 BUCKET_MB=0.5 SETTINGS=none,grads \
+        NAME=shard_deep_bench MPIEXEC=$MPIEXEC MPIEXEC_FLAGS="$MPIEXEC_FLAGS $MPIEXEC_BIND" \
+        BENCH_OUT=$BENCH_OUT RUN_TIMEOUT=$RUN_TIMEOUT "$PYTHON" "$srcdir/bench/shard_bench.py"
+    rc=$?
+    printf 'shard\tshard.2\tshard\tshard_deep_bench\t2\t1\t0\t-\t-\t%s\t%s\tshard_deep_bench.txt\n' \
+        "$rc" "$((SECONDS - t0))" >> "$INDEX"
+    [ "$rc" -eq 0 ] || { say "shard_bench.py (deep) failed (exit $rc)"; failed=1; }
 fi
 
 # ---------------------------------------------------------------- report

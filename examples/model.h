@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define MODEL_MAX_HIDDEN 8
+#define MODEL_MAX_HIDDEN 32
 #define MODEL_MAX_LAYERS (MODEL_MAX_HIDDEN + 1)
 
 typedef enum { MODEL_LINEAR = 0, MODEL_MLP = 1 } model_kind_t;

@@ -85,7 +85,7 @@
 #include <string.h>
 
 #define WORKSPACE ((size_t)32 << 20) /* cuBLASLt workspace (Hopper: 32 MiB) */
-#define PLANS 64
+#define PLANS 256
 
 enum gemm_kind { G_FWD, G_DW, G_DX };
 

@@ -52,7 +52,7 @@ const char *options_usage(void)
            "  --data DIR            idx files {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
            "                        (default " TRAINER_DEFAULT_DATA ")\n"
            "  --model linear|mlp    784->10, or 784->hidden...->10 with ReLU (default mlp)\n"
-           "  --hidden W1,W2,...    mlp hidden widths, at most 8 layers (default 256,128)\n"
+           "  --hidden W1,W2,...    mlp hidden widths, at most 32 layers (default 256,128)\n"
            "  --batchnorm           mlp: BatchNorm1d after each hidden layer, before its\n"
            "                        ReLU (momentum 0.1, eps 1e-5; not with pipelines)\n"
            "  --sync-bn             with --batchnorm: training statistics over all ranks\n"
