@@ -138,7 +138,9 @@ START_TEST(options_errors)
     PARSE_BAD("--cuda-graph \"yes\"", "on or off", "--cuda-graph", "yes");
     PARSE_BAD("--hidden \"1024,,8\"", "widths", "--hidden", "1024,,8");
     PARSE_BAD("--hidden \"0\"", "widths", "--hidden", "0");
-    PARSE_BAD("--hidden", "at most 8", "--hidden", "1,2,3,4,5,6,7,8,9");
+    PARSE_BAD("--hidden", "at most 32", "--hidden",
+              "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,"
+              "31,32,33");
     PARSE_BAD("--hidden", "only for --model mlp", "--hidden", "8", "--model", "linear");
     PARSE_BAD("--grad-accum \"0\"", "integer", "--grad-accum", "0");
     PARSE_BAD("--clip \"-1\"", "number", "--clip", "-1");
