@@ -172,6 +172,9 @@ void comm_flight_end(struct ddpc_comm *c, uint64_t seq, int state);
 
 /* f32/f64/int AVG after a SUM on the host: buf[0..count) /= size. */
 void comm_divide(void *buf, size_t count, ddpc_dtype_t dt, int size);
+/* acc[i] += x[i] (float32, not overlapping): vectorized as comm_divide is,
+ * each element's one addition, so the same bits at any vector width. */
+void comm_add_f32(float *restrict acc, const float *restrict x, size_t n);
 
 /* *ts = CLOCK_REALTIME now + s seconds, for pthread_cond_timedwait. */
 void comm_deadline(struct timespec *ts, double s);

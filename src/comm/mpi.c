@@ -449,11 +449,8 @@ static int shm_allreduce(struct ddpc_comm *c, mpi_impl_t *m, shm_seg_t *s, struc
     for (size_t c0 = lo; c0 < hi; c0 += SHM_CHUNK) {
         const size_t n = hi - c0 < SHM_CHUNK ? hi - c0 : SHM_CHUNK;
         float *restrict acc = d + c0;
-        for (int r = 1; r < N; r++) { /* rank order: ((x0 + x1) + x2) + ... */
-            const float *restrict x = (const float *)(s->base[r] + off) + c0;
-            for (size_t i = 0; i < n; i++)
-                acc[i] += x[i];
-        }
+        for (int r = 1; r < N; r++) /* rank order: ((x0 + x1) + x2) + ... */
+            comm_add_f32(acc, (const float *)(s->base[r] + off) + c0, n);
         if (w->op == DDPC_AVG)
             comm_divide(acc, n, DDPC_F32, N); /* as the MPI path divides */
         for (int r = 1; r < N; r++)

@@ -191,8 +191,7 @@ static ddpc_status_t reduce_piece(ddpc_ddp_t d, int b, const float *src, size_t 
         } else if (d->acc_fresh) {
             memcpy(buf, from, n * sizeof(float));
         } else {
-            for (size_t i = 0; i < n; i++)
-                buf[i] += from[i];
+            comm_add_f32(buf, from, n);
         }
     }
     return ddpc_ireduce(d->comm, buf, buf, n, DDPC_F32, DDPC_SUM, r, &bk->rs_work[bk->rs_n]);
