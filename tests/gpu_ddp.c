@@ -452,9 +452,10 @@ static void train(ddpc_comm_t c, const run_t *run, const char *backend)
                   unsharded_norm[ty], norm_err, norm_tol);
         EXPECT_SAME_ON_ALL_RANKS("the sharded gradient norm", &norm, sizeof norm);
         if (rank == 0)
-            printf("gpu_ddp: %s: optimizer state %zu of %zu floats per rank; vs the unsharded "
-                   "run: parameters %.3g, gradient norm %.3g relative\n",
-                   label, slen, n, vs_unsharded, norm_err);
+            printf("gpu_ddp: %s: optimizer state %zu of %zu floats per rank, gradients %zu "
+                   "bytes (unsharded %zu); vs the unsharded run: parameters %.3g, gradient norm "
+                   "%.3g relative\n", label, slen, n, ddpc_ddp_grad_bytes(d), n * 4,
+                   vs_unsharded, norm_err);
     }
     if (rank == 0) {
         printf("gpu_ddp: %s: %d buckets, worst relative difference from the %sreference %.3g "
