@@ -12,7 +12,9 @@
  *   [ddpc_ddp_set_sync(0) for accumulation micro-steps] ->
  *   ddpc_ddp_zero_grad (first micro-step) -> backward, calling
  *   ddpc_ddp_grad_ready(p) as each gradient is complete -> ddpc_ddp_wait
- *   (gradients averaged, identical on every rank) -> optimizer step. */
+ *   (gradients averaged, identical on every rank) -> optimizer step.
+ * A backward that may run under DDPC_SHARD=grads takes each gradient's
+ * pointer with ddpc_ddp_grad(p) just before it writes it (below). */
 #ifndef DDPC_DDP_H
 #define DDPC_DDP_H
 
