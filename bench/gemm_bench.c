@@ -22,7 +22,14 @@
  *   bwd-d NT  dX[B,in]   = dY[B,out]  * W[in,out]^T        M=B   N=in  K=out
  *   bwd-w TN  dW[in,out] += X[B,in]^T * dY[B,out]  (beta=1) M=in  N=out K=B
  *
- * Usage: gemm_bench [-l label] [-r reps] [-b batches] [-t min_ms] [-T threads] [-q]
+ * -L picks the layout, the same FLOP in other transposes:
+ *   bench   (default) as above: W (in, out), activations (B, features)
+ *   torch   W (out, in) as PyTorch's and the trainer's, activations (B, features):
+ *           fwd NT (M=B N=out K=in), bwd_d NN (M=B N=in K=out), bwd_w TN (M=out N=in K=B)
+ *   feature W (out, in), activations stored (features, B):
+ *           fwd NN (M=out N=B K=in), bwd_d TN (M=in N=B K=out), bwd_w NT (M=out N=in K=B)
+ *
+ * Usage: gemm_bench [-l label] [-L layout] [-r reps] [-b batches] [-t min_ms] [-T threads] [-q]
  *   -r reps      timed repetitions per shape (median reported), default 7
  *   -b list      comma-separated batch sizes, default 64,128,256
  *   -t ms        minimum duration of one repetition (calls are looped), default 20
@@ -213,21 +220,29 @@ static void set_threads(int n)
 int main(int argc, char **argv)
 {
     const char *label = "cblas";
-    int reps = 7, quiet = 0, threads = 1;
+    int reps = 7, quiet = 0, threads = 1, layout = 0; /* 0 bench, 1 torch, 2 feature */
     double min_ms = 20;
     int batches[16], nb = 0;
     char bl[256] = "64,128,256";
     int opt;
-    while ((opt = getopt(argc, argv, "l:r:b:t:T:q")) != -1) {
+    while ((opt = getopt(argc, argv, "l:L:r:b:t:T:q")) != -1) {
         switch (opt) {
         case 'l': label = optarg; break;
+        case 'L':
+            layout = !strcmp(optarg, "bench") ? 0 : !strcmp(optarg, "torch") ? 1
+                     : !strcmp(optarg, "feature") ? 2 : -1;
+            if (layout < 0) {
+                fprintf(stderr, "%s: -L %s: expected bench, torch or feature\n", argv[0], optarg);
+                return 2;
+            }
+            break;
         case 'r': reps = atoi(optarg); break;
         case 'b': snprintf(bl, sizeof bl, "%s", optarg); break;
         case 't': min_ms = atof(optarg); break;
         case 'T': threads = atoi(optarg); break;
         case 'q': quiet = 1; break;
         default:
-            fprintf(stderr, "usage: %s [-l label] [-r reps] [-b 64,128,256] [-t ms] [-T n] [-q]\n",
+            fprintf(stderr, "usage: %s [-l label] [-L bench|torch|feature] [-r reps] [-b 64,128,256] [-t ms] [-T n] [-q]\n",
                     argv[0]);
             return 2;
         }
@@ -268,6 +283,15 @@ int main(int argc, char **argv)
                 if (op == 0) { name = "fwd"; ta = 0; tb = 0; M = B; N = out; K = in; beta = 0; }
                 else if (op == 1) { name = "bwd_d"; ta = 0; tb = 1; M = B; N = in; K = out; beta = 0; }
                 else { name = "bwd_w"; ta = 1; tb = 0; M = in; N = out; K = B; beta = 1; }
+                if (layout == 1) { /* the transposes of W (out, in) */
+                    if (op == 0) tb = 1;
+                    else if (op == 1) tb = 0;
+                    else { M = out; N = in; }
+                } else if (layout == 2) { /* activations (features, B) */
+                    if (op == 0) { ta = 0; tb = 0; M = out; N = B; K = in; }
+                    else if (op == 1) { ta = 1; tb = 0; M = in; N = B; K = out; }
+                    else { ta = 0; tb = 1; M = out; N = in; K = B; }
+                }
                 /* stored shapes (row-major, tight leading dims) */
                 int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
                 float *A = falloc((size_t)ar * ac), *Bm = falloc((size_t)br * bc);

@@ -97,21 +97,10 @@ void comm_describe(const struct ddpc_work *w, char *s, size_t n)
  * clone picked at load time (a 1 MiB bucket, in cache after its all-reduce:
  * 38 us with SSE, 11 us with AVX-512). Same results bit for bit: an IEEE
  * division is exact-then-rounded whatever the vector width, and when size is
- * a power of two x * (1/size) is the same exact-then-rounded value as x / size.
- * Not under ThreadSanitizer: gcc 12 instruments the clones' resolver, which the
- * dynamic loader runs before the TSan runtime is set up (SIGSEGV at load). */
+ * a power of two x * (1/size) is the same exact-then-rounded value as x / size
+ * (VECTOR_CLONES, src/util/util.h). */
 #define BLOCK 16
-#if defined(__x86_64__) && defined(__ELF__) && defined(__has_attribute) && !defined(__SANITIZE_THREAD__)
-#if __has_attribute(target_clones)
-#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-#endif
-#ifndef VECTOR_CLONES
-#define VECTOR_CLONES
-#endif
 
-/* static, as the other clones: clang 14 emits no symbol for the extern
- * name of a target_clones function in a static link (the fuzz build) */
 VECTOR_CLONES
 static void add_f32(float *restrict acc, const float *restrict x, size_t n)
 {

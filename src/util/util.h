@@ -14,6 +14,25 @@
 
 #define DDPC_ERRMSG_LEN 1024
 
+/* VECTOR_CLONES: a function compiled three times, for AVX-512, AVX2 and the
+ * baseline, the loader picking one by the CPU (gcc's target_clones). Only
+ * for loops whose result cannot depend on the width: the build turns
+ * floating-point contraction off (-ffp-contract=off, configure.ac), so no
+ * clone fuses a multiply and an add that the baseline rounds twice. Not
+ * under ThreadSanitizer: gcc 12 instruments the clones' resolver, which the
+ * dynamic loader runs before the TSan runtime is set up (SIGSEGV at load).
+ * Clones are static, each behind a plain function where other files call it:
+ * clang 14 emits no symbol for the extern name of a target_clones function
+ * in a static link (the fuzz build). */
+#if defined(__x86_64__) && defined(__ELF__) && defined(__has_attribute) && !defined(__SANITIZE_THREAD__)
+#if __has_attribute(target_clones)
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#ifndef VECTOR_CLONES
+#define VECTOR_CLONES
+#endif
+
 /* The runtime handle. Its fields are grouped by the layer that owns them:
  * a layer reads those of the layers below and writes its own. The pointers
  * of the upper layers' state are incomplete types here. */
