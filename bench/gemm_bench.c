@@ -259,6 +259,7 @@ int main(int argc, char **argv)
         if (c != 1.0f) { printf("# FAIL 1x1x1 gemm gave %g\n", c); return 1; }
     }
     describe_library(label);
+    printf("# layout=%s\n", layout == 0 ? "bench" : layout == 1 ? "torch" : "feature");
     if (!quiet)
         printf("# %-6s %4s %5s %5s %5s %9s %9s %9s %9s %9s %9s\n", "op", "tr", "M", "N", "K",
                "wall_med", "wall_min", "wall_max", "cpu_med", "err/bnd", "normwise");
