@@ -407,6 +407,46 @@ START_TEST(shared_memory_allreduce)
 }
 END_TEST
 
+START_TEST(shared_memory_allgather)
+{
+    /* an in-place all-gather in a shared window (ZeRO-1's gather of the
+     * updated parameters) is made by copies between the ranks' windows:
+     * every block from every rank, any element size, at an offset in the
+     * window, the rest of the buffer untouched; repeated at once (a rank
+     * must not refill its block before the others have read it) */
+    const size_t n = 1 << 16;
+    unsigned char *x = NULL;
+    T_OK(ddpc_comm_mem_alloc(T_comm, n, (void **)&x));
+    ck_assert_int_eq(ddpc_comm_mem_shared(T_comm, x), shm_on());
+    const struct { size_t off, count; ddpc_dtype_t dt; } cases[] = {
+        {0, 1000, DDPC_F32}, {8, 3, DDPC_U8}, {64, 129, DDPC_F64}, {4096, 1, DDPC_I32}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int round = 0; round < 3; round++) {
+            const size_t es = ddpc_dtype_size(cases[k].dt), blk = cases[k].count * es;
+            unsigned char *base = x + cases[k].off;
+            ck_assert_uint_le(cases[k].off + blk * (size_t)T_size + 64, n);
+            for (size_t i = 0; i < n; i++) /* this rank's bytes everywhere, a round's mark */
+                x[i] = (unsigned char)(T_rank * 31 + round * 7 + (int)(i % 251));
+            T_OK(ddpc_allgather(T_comm, base + (size_t)T_rank * blk, base, cases[k].count,
+                                cases[k].dt));
+            size_t bad = 0, first = n;
+            for (size_t i = 0; i < n; i++) {
+                const int in = x + i >= base && x + i < base + blk * (size_t)T_size;
+                const int from = in ? (int)((size_t)(x + i - base) / blk) : T_rank;
+                const unsigned char want = (unsigned char)(from * 31 + round * 7 + (int)(i % 251));
+                if (x[i] != want) {
+                    bad++;
+                    first = first < i ? first : i;
+                }
+            }
+            ck_assert_msg(bad == 0, "rank %d: case %zu round %d: %zu byte(s) differ, first %zu",
+                          T_rank, k, round, bad, first);
+        }
+    T_OK(ddpc_barrier(T_comm));
+    ddpc_comm_mem_free(T_comm, x);
+}
+END_TEST
+
 START_TEST(shared_memory_late_rank_times_out)
 {
     /* the shared-memory path waits for every rank like MPI: rank 0's wait
@@ -628,6 +668,7 @@ static Suite *comm_suite(void)
     tcase_add_test(core, more_communicators_and_backends);
     tcase_add_test(core, gpu_rule);
     tcase_add_test(core, shared_memory_allreduce);
+    tcase_add_test(core, shared_memory_allgather);
     suite_add_tcase(s, core);
     TCase *bad = tcase_create("bad input");
     tcase_add_test(bad, bad_arguments_named);

@@ -242,15 +242,30 @@ START_TEST(model_mismatch_named_on_every_rank)
     int64_t a[2] = {10, 20}, b[1] = {10};
     if (T_rank == T_size - 1)
         a[1] = 21;
+    const char *m;
     ck_assert_int_eq(ddpc_ddp_add_param(d, "fc.weight", 2, a, NULL), DDPC_OK);
     ck_assert_int_eq(ddpc_ddp_add_param(d, "fc.bias", 1, b, NULL), DDPC_OK);
     ck_assert_int_eq(ddpc_ddp_build(d), DDPC_ERR_MISMATCH);
-    const char *m = ddpc_ddp_last_error(d);
+    m = ddpc_ddp_last_error(d);
     if (T_rank == T_size - 1)
         ck_assert_msg(strstr(m, "parameter 0 is \"fc.weight\" float32[10, 21] on this rank") &&
                           strstr(m, "float32[10, 20] on rank 0"), "%s", m);
     else
         ck_assert_msg(strstr(m, "differs from rank 0 first at parameter 0 (\"fc.weight\""), "%s", m);
+    ddpc_ddp_destroy(d);
+
+    /* different sharding on the last rank: refused at build on every rank
+     * (the arenas' shared windows and a step's collectives follow it) */
+    ddpc_ddp_config_t dc = DDPC_DDP_CONFIG_INIT;
+    dc.shard = T_rank == T_size - 1 ? DDPC_SHARD_OPTIM : DDPC_SHARD_NONE;
+    T_OK(ddpc_ddp_create(T_comm, &dc, &d));
+    ck_assert_int_eq(ddpc_ddp_add_param(d, "fc.bias", 1, b, NULL), DDPC_OK); /* the same model */
+    ck_assert_int_eq(ddpc_ddp_build(d), DDPC_ERR_MISMATCH);
+    m = ddpc_ddp_last_error(d);
+    ck_assert_msg(strstr(m, "the ranks shard differently") &&
+                      strstr(m, T_rank == T_size - 1 ? "DDPC_SHARD=optim here, none on rank 0"
+                                                     : "DDPC_SHARD=none here, optim on rank"),
+                  "%s", m);
     ddpc_ddp_destroy(d);
 
     /* a missing parameter on the last rank */

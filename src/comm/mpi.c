@@ -459,6 +459,27 @@ static int shm_allreduce(struct ddpc_comm *c, mpi_impl_t *m, shm_seg_t *s, struc
     return shm_arrive(c, m, s, t); /* every slice is in every copy */
 }
 
+/* An in-place all-gather in a window: every rank copies the others' blocks
+ * from their copies into its own, between two arrivals (the blocks are
+ * final before anyone reads; nobody writes its block again before everyone
+ * has read it). Each block is read once per rank that lacks it, where MPI's
+ * shared-memory all-gather copies it through its cells twice (ZeRO-1's
+ * gather of the updated parameters: doc/ddp.md). Any type: bytes. */
+static int shm_allgather(struct ddpc_comm *c, mpi_impl_t *m, shm_seg_t *s, struct ddpc_work *w)
+{
+    const size_t off = (size_t)((char *)w->recv - s->base[c->rank]);
+    const size_t blk = w->count * ddpc_dtype_size(w->dt);
+    const uint64_t t = 2 * ++s->seq;
+    int rc = shm_arrive(c, m, s, t - 1); /* every rank's block is final */
+    if (rc != MPI_SUCCESS)
+        return rc;
+    for (int r = 0; r < c->size; r++)
+        if (r != c->rank)
+            memcpy(s->base[c->rank] + off + (size_t)r * blk, s->base[r] + off + (size_t)r * blk,
+                   blk);
+    return shm_arrive(c, m, s, t); /* every rank has every block */
+}
+
 /* At destroy (collective, as MPI_Comm_free): the windows and the node's
  * communicator. */
 static void shm_free_all(mpi_impl_t *m)
@@ -506,6 +527,8 @@ static int run_host(struct ddpc_comm *c, mpi_impl_t *m, struct ddpc_work *w)
         }
         break;
     case OP_ALLGATHER:
+        if (w->shm)
+            return shm_allgather(c, m, w->shm, w);
         /* send at rank r's own block of recv: in place (MPI_IN_PLACE) */
         rc = MPI_RUN(MPI_Allgather, MPI_Iallgather,
                      w->send == (const char *)w->recv + (size_t)c->rank * w->count * es
@@ -869,6 +892,9 @@ static ddpc_status_t mpi_submit(struct ddpc_comm *c, struct ddpc_work *w)
     if (w->kind == OP_ALLREDUCE && w->dt == DDPC_F32 && (w->op == DDPC_SUM || w->op == DDPC_AVG) &&
         w->send == w->recv && w->count && m->segs)
         w->shm = shm_find(m, c->rank, w->recv, w->count * sizeof(float));
+    else if (w->kind == OP_ALLGATHER && w->count && m->segs &&
+             w->send == (const char *)w->recv + (size_t)c->rank * w->count * ddpc_dtype_size(w->dt))
+        w->shm = shm_find(m, c->rank, w->recv, (size_t)c->size * w->count * ddpc_dtype_size(w->dt));
     if (m->tail)
         m->tail->next = w;
     else

@@ -139,21 +139,34 @@ int ddpc_ddp_overlap(ddpc_ddp_t d) { return d ? d->cfg.overlap != 0 : 0; }
 
 /* Collective (build): overlap off if any rank has it off, so that every rank
  * launches its buckets at the same point (in the wait, without overlap) and
- * the communicator may issue them as MPI's blocking calls. */
+ * the communicator may issue them as MPI's blocking calls; and the same
+ * sharding everywhere (the arenas' shared windows are allocated by it, and
+ * the collectives of a step follow it), or an error on every rank. */
 static ddpc_status_t agree_overlap(ddpc_ddp_t d)
 {
-    int32_t mine = d->cfg.overlap != 0, *all = malloc((size_t)d->size * sizeof *all);
+    int32_t mine[2] = {d->cfg.overlap != 0, (int32_t)d->cfg.shard};
+    int32_t *all = malloc((size_t)d->size * sizeof mine);
     if (!all)
         return ddp_err(d, DDPC_ERR_NOMEM, "overlap: cannot allocate");
-    ddpc_status_t st = ddpc_comm_host_allgather(d->comm, &mine, all, sizeof mine);
-    int off = -1;
-    for (int r = 0; st == DDPC_OK && r < d->size && off < 0; r++)
-        if (!all[r])
+    ddpc_status_t st = ddpc_comm_host_allgather(d->comm, mine, all, sizeof mine);
+    int off = -1, other = -1;
+    for (int r = 0; st == DDPC_OK && r < d->size; r++) {
+        if (!all[2 * r] && off < 0)
             off = r;
+        if (all[2 * r + 1] != mine[1] && other < 0)
+            other = r;
+    }
+    const int theirs = other >= 0 ? all[2 * other + 1] : 0;
     free(all);
     if (st)
         return ddp_err(d, st, "overlap: %s", ddpc_last_error(d->rt));
-    if (off >= 0 && mine)
+    if (other >= 0) {
+        static const char *const names[] = {"none", "optim", "grads"};
+        return ddp_err(d, DDPC_ERR_MISMATCH, "the ranks shard differently: DDPC_SHARD=%s here, "
+                       "%s on rank %d (set the same sharding on every rank)", names[mine[1]],
+                       theirs >= 0 && theirs <= 2 ? names[theirs] : "?", other);
+    }
+    if (off >= 0 && mine[0])
         ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: overlap off, as on rank %d", off);
     d->cfg.overlap = off < 0;
     return DDPC_OK;
@@ -252,7 +265,7 @@ void ddpc_ddp_destroy(ddpc_ddp_t d)
             cudaEventDestroy((cudaEvent_t)d->ev_unready);
 #endif
     } else {
-        free(d->param_arena);
+        ddpc_comm_mem_free(d->comm, d->param_arena); /* a window, or its own memory */
         ddpc_comm_mem_free(d->comm, d->grad_arena);
         free(d->buf_arena);
     }
@@ -550,7 +563,14 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
            a shared window that the buckets are all-reduced in (mpi.c) */
         if ((st = ddpc_comm_mem_alloc(d->comm, gbytes, (void **)&d->grad_arena)))
             return ddp_err(d, st, "the gradient arena: %s", ddpc_last_error(d->rt));
-        d->param_arena = aligned_alloc(64, bytes);
+        /* sharded: the parameters too, which the step's all-gather then
+           copies from the other ranks' windows (mpi.c, shm_allgather) */
+        if (d->cfg.shard != DDPC_SHARD_NONE && d->size > 1) {
+            if ((st = ddpc_comm_mem_alloc(d->comm, bytes, (void **)&d->param_arena)))
+                return ddp_err(d, st, "the parameter arena: %s", ddpc_last_error(d->rt));
+        } else {
+            d->param_arena = aligned_alloc(64, bytes);
+        }
         d->buf_arena = aligned_alloc(64, bbytes);
         if (!d->param_arena || !d->buf_arena)
             return ddp_err(d, DDPC_ERR_NOMEM, "cannot allocate an arena of %zu bytes and one of %zu",
