@@ -200,9 +200,11 @@ DDPC_API ddpc_status_t ddpc_comm_host_allreduce(ddpc_comm_t c, const void *in, v
  * where every rank of c is on one node (and DDPC_SHM_ALLREDUCE is not 0), it
  * lies in an MPI-3 shared window, and an in-place float32 DDPC_SUM or
  * DDPC_AVG all-reduce of any part of it (the same part on every rank) is
- * made in shared memory by the ranks themselves, without MPI's copies;
+ * made in shared memory by the ranks themselves, without MPI's copies, and
+ * so is an in-place all-gather (send at the rank's own block) of any type;
  * elsewhere it is the process's own memory. Every rank ends with the same
- * bits; the sum is in rank order. mem_free is not collective; c must still
+ * bits; the sum is in rank order. Every rank must pass such memory to the
+ * operation, or none. mem_free is not collective; c must still
  * exist (its windows are freed with it; a freed one is reused). mem_shared:
  * 1 when p is in one of c's shared windows. */
 DDPC_API ddpc_status_t ddpc_comm_mem_alloc(ddpc_comm_t c, size_t bytes, void **out);

@@ -369,7 +369,7 @@ static void scale_pass(float *restrict g, size_t n, float f)
 /* PyTorch's SGD: one pass over p, g and the momentum buffer; fold > 1: g
  * holds the sums of a folded average over fold ranks (only with acc: a
  * pass that needed the norm first has settled it) */
-VECTOR_CLONES /* the pass is memory-bound, AVX-512 still 0.81x SSE's time (doc/performance.md) */
+VECTOR_CLONES /* memory-bound, yet 0.92..1.18 ms for SSE's 1.12..1.25 (doc/performance.md) */
 static void sgd(ddpc_optim_t o, float *p, const float *g, size_t n, double *acc, int fold)
 {
     const ddpc_optim_config_t *c = &o->cfg;
