@@ -892,9 +892,11 @@ static ddpc_status_t mpi_submit(struct ddpc_comm *c, struct ddpc_work *w)
     if (w->kind == OP_ALLREDUCE && w->dt == DDPC_F32 && (w->op == DDPC_SUM || w->op == DDPC_AVG) &&
         w->send == w->recv && w->count && m->segs)
         w->shm = shm_find(m, c->rank, w->recv, w->count * sizeof(float));
-    else if (w->kind == OP_ALLGATHER && w->count && m->segs &&
-             w->send == (const char *)w->recv + (size_t)c->rank * w->count * ddpc_dtype_size(w->dt))
-        w->shm = shm_find(m, c->rank, w->recv, (size_t)c->size * w->count * ddpc_dtype_size(w->dt));
+    else if (w->kind == OP_ALLGATHER && w->count && m->segs) {
+        const size_t blk = w->count * ddpc_dtype_size(w->dt); /* in place: send is its block */
+        if (w->send == (const char *)w->recv + (size_t)c->rank * blk)
+            w->shm = shm_find(m, c->rank, w->recv, (size_t)c->size * blk);
+    }
     if (m->tail)
         m->tail->next = w;
     else

@@ -62,12 +62,14 @@ void ddp_dev_free(void *p)
 #endif
 }
 
+/* ddpc_shard_t's values as DDPC_SHARD spells them */
+static const char *const shard_names[] = {"none", "optim", "grads", NULL};
+
 /* DDPC_* overrides of the engine's config. */
 static ddpc_status_t read_env(ddpc_ddp_t d)
 {
     static const char *const comp[] = {"none", "bf16", "fp16", NULL};
     static const char *const ov[] = {"0", "1", "auto", NULL}; /* 2: DDPC_OVERLAP_AUTO */
-    static const char *const shard[] = {"none", "optim", "grads", NULL}; /* ddpc_shard_t */
     static const char *const fold[] = {"0", "1", "auto", NULL}; /* 2: DDPC_FOLD_AUTO */
     static const char *const gather[] = {"step", "forward", NULL}; /* ddpc_shard_gather_t */
     ddpc_t rt = d->rt;
@@ -88,7 +90,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
         (st = ddpc_env_choice(rt, "DDPC_OVERLAP", ov, &overlap)) ||
         (st = ddpc_env_long(rt, "DDPC_CHECK_PARAMS", 0, 1000000000L, &d->check_every)) ||
         (st = ddpc_env_choice(rt, "DDPC_COMPRESS", comp, &c)) ||
-        (st = ddpc_env_choice(rt, "DDPC_SHARD", shard, &sh)) ||
+        (st = ddpc_env_choice(rt, "DDPC_SHARD", shard_names, &sh)) ||
         (st = ddpc_env_choice(rt, "DDPC_FOLD_AVERAGE", fold, &fo)) ||
         (st = ddpc_env_choice(rt, "DDPC_SHARD_GATHER", gather, &ga)) ||
         (st = ddpc_env_long(rt, "DDPC_GRAD_STAGES", 1, 1024, &stages))) {
@@ -114,7 +116,7 @@ static ddpc_status_t read_env(ddpc_ddp_t d)
  * themselves; when the ranks fill the node (at most one CPU each), the
  * progress thread can only take that time from backward's core, and
  * measured it is a loss (doc/ddp.md). Each rank decides from what it sees;
- * ddpc_ddp_build makes it the same on every rank (agree_overlap). */
+ * ddpc_ddp_build makes it the same on every rank (agree_settings). */
 static void resolve_overlap(ddpc_ddp_t d, const ddpc_world_t *w)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -142,12 +144,12 @@ int ddpc_ddp_overlap(ddpc_ddp_t d) { return d ? d->cfg.overlap != 0 : 0; }
  * the communicator may issue them as MPI's blocking calls; and the same
  * sharding everywhere (the arenas' shared windows are allocated by it, and
  * the collectives of a step follow it), or an error on every rank. */
-static ddpc_status_t agree_overlap(ddpc_ddp_t d)
+static ddpc_status_t agree_settings(ddpc_ddp_t d)
 {
     int32_t mine[2] = {d->cfg.overlap != 0, (int32_t)d->cfg.shard};
     int32_t *all = malloc((size_t)d->size * sizeof mine);
     if (!all)
-        return ddp_err(d, DDPC_ERR_NOMEM, "overlap: cannot allocate");
+        return ddp_err(d, DDPC_ERR_NOMEM, "overlap and sharding: cannot allocate");
     ddpc_status_t st = ddpc_comm_host_allgather(d->comm, mine, all, sizeof mine);
     int off = -1, other = -1;
     for (int r = 0; st == DDPC_OK && r < d->size; r++) {
@@ -159,13 +161,14 @@ static ddpc_status_t agree_overlap(ddpc_ddp_t d)
     const int theirs = other >= 0 ? all[2 * other + 1] : 0;
     free(all);
     if (st)
-        return ddp_err(d, st, "overlap: %s", ddpc_last_error(d->rt));
-    if (other >= 0) {
-        static const char *const names[] = {"none", "optim", "grads"};
+        return ddp_err(d, st, "overlap and sharding: %s", ddpc_last_error(d->rt));
+    if (other >= 0)
         return ddp_err(d, DDPC_ERR_MISMATCH, "the ranks shard differently: DDPC_SHARD=%s here, "
-                       "%s on rank %d (set the same sharding on every rank)", names[mine[1]],
-                       theirs >= 0 && theirs <= 2 ? names[theirs] : "?", other);
-    }
+                       "%s on rank %d (set the same sharding on every rank)",
+                       shard_names[mine[1]],
+                       theirs >= DDPC_SHARD_NONE && theirs <= DDPC_SHARD_GRADS ? shard_names[theirs]
+                                                                               : "?",
+                       other);
     if (off >= 0 && mine[0])
         ddpc_log(d->rt, DDPC_LOG_INFO, "ddp: overlap off, as on rank %d", off);
     d->cfg.overlap = off < 0;
@@ -502,7 +505,7 @@ ddpc_status_t ddpc_ddp_build(ddpc_ddp_t d)
         return ddp_err(d, DDPC_ERR_STATE, "ddpc_ddp_build called twice");
     ddpc_status_t st = verify_across_ranks(d);
     if (st == DDPC_OK)
-        st = agree_overlap(d);
+        st = agree_settings(d);
     if (st)
         return st;
     /* shards: equal, aligned slices of an arena padded to size * shard_len */
